@@ -1,0 +1,59 @@
+"""The ``genrl-swarm`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from genrl_swarm import __version__
+from genrl_swarm.config import RecipeError, load_recipe, packaged_games, resolve, validate
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="genrl-swarm",
+        description="Multi-agent, multi-stage RL across a swarm of peers.",
+        epilog="Overrides are Hydra-style: key=value changes a field, +key=value adds one. "
+        "Example: genrl-swarm run --recipe bandit game.max_rounds=20 trainer.lr=0.3",
+    )
+    p.add_argument("--version", action="version", version=f"genrl-swarm {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="play a recipe's game")
+    run.add_argument("--recipe", required=True, help="a recipe YAML file, or a packaged game's name")
+    run.add_argument("--resume", action="store_true", help="continue from each peer's latest checkpoint")
+    run.add_argument("overrides", nargs="*", help="key=value recipe overrides")
+    check = sub.add_parser("validate", help="check a recipe without running it")
+    check.add_argument("--recipe", required=True)
+    check.add_argument("overrides", nargs="*")
+    sub.add_parser("games", help="list the packaged games")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "games":
+        print("\n".join(packaged_games()))
+        return 0
+    try:
+        cfg = load_recipe(args.recipe, args.overrides)
+        if args.command == "validate":
+            validate(resolve(cfg))
+            print(f"{args.recipe}: ok")
+            return 0
+        from genrl_swarm.run.launcher import run_recipe  # heavy imports only when running
+
+        summary = run_recipe(cfg, resume=args.resume)
+    except RecipeError as e:
+        print(f"genrl-swarm: recipe error: {e}", file=sys.stderr)
+        return 2
+    standings = ", ".join(f"{p}={v:.2f}" for p, v in sorted(summary.standings.items()))
+    print(f"cumulative reward: {standings or '-'}")
+    print(f"logs: {summary.run_dir}/<peer>/metrics.jsonl, TensorBoard: tensorboard --logdir {summary.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

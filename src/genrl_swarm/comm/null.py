@@ -1,0 +1,19 @@
+"""A swarm of one: the loop runs unchanged, the exchange returns only this peer's rollouts."""
+
+from __future__ import annotations
+
+from genrl_swarm.comm.base import ByteBackend, RawExchange
+from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES
+
+
+class NullBackend(ByteBackend):
+    def __init__(self, peer_id: str = "peer-0", max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        super().__init__(max_bytes)
+        self._peer_id = peer_id
+
+    @property
+    def peer_id(self) -> str:
+        return self._peer_id
+
+    def _exchange_bytes(self, round: int, stage: int, data: bytes, timeout: float) -> RawExchange:
+        return RawExchange({}, expected=1)

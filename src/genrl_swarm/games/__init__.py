@@ -1,0 +1,1 @@
+"""Example games: each folder is one game (its logic and a recipe)."""

@@ -1,0 +1,1 @@
+"""Running a recipe: launching peers, logs, checkpoints, console output."""

@@ -1,0 +1,62 @@
+"""Atomic checkpoints: a crash mid-write never leaves a checkpoint that looks complete.
+
+Each checkpoint is written into a hidden temporary directory, then renamed into place (an
+atomic step on POSIX); ``latest`` is replaced the same way. A reader trusts only directories
+that contain ``state.json``, which is written last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from genrl_swarm.core.interfaces import Trainer
+
+STATE_FILE = "state.json"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(root: Path, round: int, trainer: Trainer, info: dict[str, Any], keep: int = 3) -> Path:
+    """Save the trainer after ``round``; returns the checkpoint directory."""
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"round_{round:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+    try:
+        trainer.save(tmp)
+        write_atomic(tmp / STATE_FILE, json.dumps({"round": round, **info}))
+        final = root / name
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    write_atomic(root / "latest", name)
+    for old in sorted(p for p in root.glob("round_*") if (p / STATE_FILE).is_file())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(root: Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint under ``root``, or None."""
+    complete = sorted(p for p in root.glob("round_*") if (p / STATE_FILE).is_file())
+    pointer = root / "latest"
+    if pointer.is_file() and (root / pointer.read_text().strip() / STATE_FILE).is_file():
+        chosen = root / pointer.read_text().strip()
+    elif complete:
+        chosen = complete[-1]
+    else:
+        return None
+    return int(json.loads((chosen / STATE_FILE).read_text())["round"]), chosen

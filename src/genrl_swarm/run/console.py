@@ -1,0 +1,42 @@
+"""The console view: one table row per round once every local peer finished it."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import TextIO
+
+from genrl_swarm.core.game import GameManager
+from genrl_swarm.core.types import RoundResult
+
+
+class ConsoleTable:
+    """Shared by the peers of this process; prints each peer's own reward per round."""
+
+    def __init__(self, peer_ids: list[str], max_rounds: int, stream: TextIO | None = None) -> None:
+        self.peer_ids, self.max_rounds = peer_ids, max_rounds
+        self.stream = stream or sys.stdout
+        self._pending: dict[int, dict[str, RoundResult]] = {}
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._header_done = False
+
+    def __call__(self, manager: GameManager, result: RoundResult) -> None:
+        with self._lock:
+            row = self._pending.setdefault(result.round, {})
+            row[result.peer_id] = result
+            if len(row) == len(self.peer_ids):
+                self._print(result.round, self._pending.pop(result.round))
+
+    def _print(self, r: int, row: dict[str, RoundResult]) -> None:
+        width = max(8, *(len(p) for p in self.peer_ids))
+        if not self._header_done:
+            cols = "".join(f"{p:>{width + 2}}" for p in self.peer_ids)
+            print(f"{'round':>7}{cols}   winner       elapsed", file=self.stream)
+            self._header_done = True
+        cells = "".join(f"{row[p].rewards.get(p, float('nan')):>{width + 2}.3f}" for p in self.peer_ids)
+        winner = next(iter(row.values())).winners[:1]
+        elapsed = time.monotonic() - self._start
+        done = f"{r + 1}/{self.max_rounds}"
+        print(f"{done:>7}{cells}   {(winner or ('-',))[0]:<12} {elapsed:6.1f}s", file=self.stream, flush=True)

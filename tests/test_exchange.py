@@ -1,0 +1,98 @@
+"""Exchanges drop bad payloads, count them, name the sender, and keep the round going."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from genrl_swarm.comm import InMemoryBackend, InMemorySwarm, NullBackend
+from genrl_swarm.comm.codec import Codec
+from genrl_swarm.coord import LocalCoordinator
+from genrl_swarm.core import GameConfig, GameManager, Rollout
+
+from conftest import RecordingGame
+
+
+def rollout(peer: str, r: int = 0, s: int = 0) -> Rollout:
+    return Rollout(peer, r, s, "t", "p", ("x",))
+
+
+def test_garbage_and_spoofed_payloads_are_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    swarm = InMemorySwarm()
+    me = InMemoryBackend(swarm, "me")
+    swarm.post(0, 0, "garbage", b"\x00\xff not msgpack")
+    swarm.post(0, 0, "spoofer", Codec().encode("me", 0, 0, [rollout("me")]))  # claims to be me
+    swarm.post(0, 0, "liar", Codec().encode("liar", 5, 0, [rollout("liar", r=5)]))  # wrong round
+    swarm.post(0, 0, "honest", Codec().encode("honest", 0, 0, [rollout("honest")]))
+    with caplog.at_level(logging.WARNING):
+        result = me.exchange(0, 0, [rollout("me")], timeout=1.0)
+    assert sorted(result.received) == ["honest", "me"]
+    assert sorted(result.dropped) == ["garbage", "liar", "spoofer"]
+    assert me.dropped_total == 3
+    assert "dropped payload from garbage" in caplog.text
+
+
+def test_exchange_returns_at_deadline_with_what_arrived() -> None:
+    swarm = InMemorySwarm()
+    a, _silent = InMemoryBackend(swarm, "a"), InMemoryBackend(swarm, "silent")
+    start = time.monotonic()
+    result = a.exchange(0, 0, [rollout("a")], timeout=0.3)
+    assert 0.3 <= time.monotonic() - start < 5
+    assert result.summary() == "got 1 of 2"
+
+
+def test_oversized_own_payload_is_refused_before_sending() -> None:
+    swarm = InMemorySwarm()
+    a = InMemoryBackend(swarm, "a", max_bytes=64)
+    with pytest.raises(ValueError, match="over the limit"):
+        a.exchange(0, 0, [Rollout("a", 0, 0, "t", "p" * 100, ("x",))], timeout=0.1)
+    assert not swarm.collect(0, 0, timeout=0)
+
+
+def test_duplicate_peer_id_refused() -> None:
+    swarm = InMemorySwarm()
+    InMemoryBackend(swarm, "a")
+    with pytest.raises(ValueError, match="already in this swarm"):
+        InMemoryBackend(swarm, "a")
+
+
+def test_round_goes_on_with_a_bad_peer_in_the_swarm() -> None:
+    """A full game among 2 honest peers while a third posts garbage every stage."""
+    comms = InMemoryBackend.spawn(2)
+    swarm = comms[0].swarm  # type: ignore[attr-defined]
+    stop = threading.Event()
+
+    def vandal() -> None:
+        while not stop.is_set():
+            for r in range(3):
+                for s in range(2):
+                    swarm.post(r, s, "vandal", b"\x92\x01")
+            time.sleep(0.01)
+
+    threading.Thread(target=vandal, daemon=True).start()
+    results: dict[str, list] = {}
+
+    def play(comm: InMemoryBackend) -> None:
+        game = RecordingGame([])
+        cfg = GameConfig(num_stages=2, max_rounds=3, exchange_timeout=5)
+        results[comm.peer_id] = GameManager(game, game, game, comm, LocalCoordinator(), cfg).run()
+
+    threads = [threading.Thread(target=play, args=(c,)) for c in comms]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    stop.set()
+    assert sorted(results) == ["peer-0", "peer-1"]
+    for rounds in results.values():
+        assert [r.round for r in rounds] == [0, 1, 2]
+        assert all(sorted(r.rewards) == ["peer-0", "peer-1"] for r in rounds)
+        assert all(r.metrics["swarm/dropped_s0"] == 1 for r in rounds)
+
+
+def test_null_backend_is_a_swarm_of_one() -> None:
+    result = NullBackend("solo").exchange(0, 0, [rollout("solo")], timeout=0.1)
+    assert list(result.received) == ["solo"] and result.expected == 1

@@ -1,0 +1,120 @@
+"""The loop's order, hooks, training modes, run modes and catch-up."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from genrl_swarm.comm import InMemoryBackend, NullBackend
+from genrl_swarm.coord import LocalCoordinator
+from genrl_swarm.core import GameConfig, GameManager, Hooks
+
+from conftest import RecordingGame
+
+
+def manager(log: list[str], **config: object) -> tuple[GameManager, RecordingGame]:
+    game = RecordingGame(log)
+    hooks = Hooks(
+        after_stage=[lambda m, st, s, ex: log.append(f"after_stage s{s} {ex.summary()}")],
+        after_rewards=[lambda m, st, rw: log.append(f"after_rewards {len(rw.scored)}")],
+        after_round=[lambda m, res: log.append(f"after_round r{res.round}")],
+        after_game=[lambda m, results: log.append(f"after_game {len(results)}")],
+    )
+    cfg = GameConfig(**config)  # type: ignore[arg-type]
+    return GameManager(game, game, game, NullBackend(), LocalCoordinator(), cfg, hooks), game
+
+
+def test_round_order_and_hooks() -> None:
+    log: list[str] = []
+    m, _ = manager(log, num_stages=2, max_rounds=1)
+    m.run()
+    assert log == [
+        "tasks r0",
+        "inputs s0", "generate s0", "after_stage s0 got 1 of 1",
+        "inputs s1", "generate s1", "after_stage s1 got 1 of 1",
+        "after_rewards 4",  # 2 tasks x 2 stages, own rollouts
+        "train s0,s1",
+        "after_round r0",
+        "after_game 1",
+    ]
+
+
+def test_per_stage_training_sees_only_that_stage() -> None:
+    log: list[str] = []
+    m, game = manager(log, num_stages=3, max_rounds=2, train_every="stage")
+    m.run()
+    assert [line for line in log if line.startswith("train")] == ["train s0", "train s1", "train s2"] * 2
+    assert log.index("train s0") < log.index("inputs s1")  # trained before the next stage is played
+    assert all(len(rw.scored) == 2 for rw in game.trained)
+
+
+def test_per_round_training_trains_once_per_round() -> None:
+    log: list[str] = []
+    m, game = manager(log, num_stages=3, max_rounds=2, train_every="round")
+    m.run()
+    assert [line for line in log if line.startswith("train")] == ["train s0,s1,s2"] * 2
+
+
+def test_round_result_has_local_rewards_and_timings() -> None:
+    m, _ = manager([], num_stages=1, max_rounds=1)
+    (result,) = m.run()
+    assert result.rewards == {"peer-0": 0.5}  # one of two completions matches
+    assert result.winners == ("peer-0",)
+    assert {"time/generate_s0", "time/exchange_s0", "time/train", "loss"} <= result.metrics.keys()
+
+
+def test_evaluate_mode_plays_no_round() -> None:
+    log: list[str] = []
+    m, _ = manager(log, mode="evaluate", max_rounds=5)
+    (result,) = m.run()
+    assert not any(line.startswith("tasks") for line in log)
+    assert result.metrics == {}  # RecordingGame has no eval split
+
+
+def test_train_and_evaluate_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    m, _ = manager([], mode="train_and_evaluate", max_rounds=5, eval_every=2)
+    calls: list[int] = []
+    monkeypatch.setattr(m, "evaluate", lambda: calls.append(1) or {"eval/reward": 1.0})
+    results = m.run()
+    assert ["eval/reward" in r.metrics for r in results] == [False, True, False, True, True]
+
+
+def test_peer_behind_catches_up_to_coordinator_round() -> None:
+    log: list[str] = []
+    m, _ = manager(log, max_rounds=6)
+    m.coordinator.finish_round(3)  # the swarm is already past round 3
+    results = m.run()
+    assert [r.round for r in results] == [4, 5]
+
+
+def test_generate_must_answer_every_task() -> None:
+    m, game = manager([], max_rounds=1)
+    game.generate = lambda tasks, stage: [["a"]]  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match="1 outputs for 2 tasks"):
+        m.run()
+
+
+def test_bad_game_config_is_refused() -> None:
+    with pytest.raises(ValueError):
+        GameConfig(num_stages=0)
+
+
+def test_every_peer_sees_every_peer_each_stage() -> None:
+    comms = InMemoryBackend.spawn(3)
+    seen: list[tuple[str, int, list[str]]] = []
+    coordinator = LocalCoordinator()
+
+    def play(comm: InMemoryBackend) -> None:
+        game = RecordingGame([])
+        hooks = Hooks(after_stage=[lambda m, st, s, ex: seen.append((m.peer_id, s, st.peers(s)))])
+        GameManager(game, game, game, comm, coordinator, GameConfig(num_stages=2, max_rounds=2), hooks).run()
+
+    threads = [threading.Thread(target=play, args=(c,)) for c in comms]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(seen) == 3 * 2 * 2
+    assert all(peers == ["peer-0", "peer-1", "peer-2"] for _, _, peers in seen)
+    assert coordinator.current_round() == 2
