@@ -52,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     standings = ", ".join(f"{p}={v:.2f}" for p, v in sorted(summary.standings.items()))
     print(f"cumulative reward: {standings or '-'}")
     print(f"logs: {summary.run_dir}/<peer>/metrics.jsonl, TensorBoard: tensorboard --logdir {summary.run_dir}")
+    if summary.plot is not None:
+        print(f"reward curve: {summary.plot}")
     return 0
 
 

@@ -42,6 +42,7 @@ class RunConfig:
     keep_checkpoints: int = 3
     tensorboard: bool = True
     console: bool = True
+    plot: bool = True  # reward_curve.png in the run directory (needs matplotlib)
 
 
 SECTIONS: dict[str, type] = {"game": GameConfig, "swarm": SwarmConfig, "run": RunConfig}
@@ -199,6 +200,9 @@ def check_value(value: Any, hint: Any, path: str) -> None:
             raise RecipeError(f"{path}: expected one of {list(args)}, got {value!r}")
         return
     if origin in (typing.Union, types.UnionType):
+        dataclass_arms = [a for a in args if dataclasses.is_dataclass(a)]
+        if isinstance(value, Mapping) and len(dataclass_arms) == 1:
+            return check_value(value, dataclass_arms[0], path)  # its errors name the nested field
         for arm in args:
             try:
                 return check_value(value, arm, path)

@@ -32,6 +32,7 @@ from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.checkpoint import latest_checkpoint, save_checkpoint
 from genrl_swarm.run.console import ConsoleTable
 from genrl_swarm.run.metrics import MetricsLogger
+from genrl_swarm.run.plot import plot_rewards
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class RunSummary:
     run_dir: Path
     results: dict[str, list[RoundResult]] = field(default_factory=dict)
     standings: dict[str, float] = field(default_factory=dict)
+    plot: Path | None = None
 
 
 def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None) -> tuple[list[GameManager], RunConfig]:
@@ -141,5 +143,6 @@ def run_managers(managers: Sequence[GameManager]) -> dict[str, list[RoundResult]
 def run_recipe(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None) -> RunSummary:
     managers, run = build_managers(cfg, resume, stream)
     results = run_managers(managers)
-    return RunSummary(Path(run.dir), results, dict(managers[0].coordinator.standings()))
+    plot = plot_rewards(Path(run.dir)) if run.plot else None
+    return RunSummary(Path(run.dir), results, dict(managers[0].coordinator.standings()), plot)
 

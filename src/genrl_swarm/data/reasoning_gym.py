@@ -1,0 +1,80 @@
+"""Reasoning Gym tasks: a weighted mix of any of its datasets, fresh every round."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from genrl_swarm.core import DataManager, Task
+
+#: The nine specialities of the SAPO paper's swarm.
+SAPO_DATASETS = (
+    "arc_1d",
+    "basic_arithmetic",
+    "base_conversion",
+    "bf",
+    "binary_matrix",
+    "calendar_arithmetic",
+    "decimal_arithmetic",
+    "fraction_simplification",
+    "propositional_logic",
+)
+
+
+def stable_seed(*parts: object) -> int:
+    """A 31-bit seed from any parts, identical in every process (unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "big") >> 1
+
+
+class ReasoningGymData(DataManager):
+    """Each round draws ``tasks_per_round`` questions: dataset names by weight, then that many
+    fresh items per dataset from a seed of (swarm seed, round, name). Peers sharing the swarm
+    seed get the same questions. ``eval_size`` questions per dataset form a held-out split,
+    never served in a round."""
+
+    def __init__(
+        self,
+        datasets: Mapping[str, float] | Sequence[str] = SAPO_DATASETS,
+        tasks_per_round: int = 4,
+        eval_size: int = 8,
+        seed: int = 0,
+        dataset_config: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        import reasoning_gym  # noqa: F401 - fail here, with the extra's name, not mid-round
+
+        weights = dict(datasets) if isinstance(datasets, Mapping) else {name: 1.0 for name in datasets}
+        if not weights or tasks_per_round < 1 or any(w < 0 for w in weights.values()):
+            raise ValueError("need at least one dataset with a non-negative weight and tasks_per_round >= 1")
+        self.weights, self.tasks_per_round, self.eval_size, self.seed = weights, tasks_per_round, eval_size, seed
+        self.dataset_config = {k: dict(v) for k, v in (dataset_config or {}).items()}
+        self._eval = self._draw(self.eval_size, "eval") if eval_size > 0 else []
+        self._eval_ids = {t.id for t in self._eval}
+
+    def _items(self, name: str, size: int, seed: int) -> list[Task]:
+        import reasoning_gym
+
+        try:
+            dataset = reasoning_gym.create_dataset(name, size=size, seed=seed, **self.dataset_config.get(name, {}))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"reasoning-gym dataset {name!r}: {e}") from e
+        return [Task.create(entry["question"], answer=entry["answer"], dataset=name, entry=entry) for entry in dataset]
+
+    def _draw(self, per_name: int, tag: str) -> list[Task]:
+        return [t for name in sorted(self.weights) if self.weights[name] > 0 for t in self._items(name, per_name, stable_seed(self.seed, tag, name))]
+
+    def round_tasks(self, round: int) -> list[Task]:
+        rng = random.Random(stable_seed(self.seed, "round", round))
+        names = rng.choices(list(self.weights), weights=list(self.weights.values()), k=self.tasks_per_round)
+        tasks: list[Task] = []
+        for name, count in sorted(Counter(names).items()):
+            # Draw a few extra so held-out questions can be skipped without coming up short.
+            fresh = [t for t in self._items(name, count * 2 + 2, stable_seed(self.seed, round, name)) if t.id not in self._eval_ids]
+            tasks.extend(fresh[:count])
+        rng.shuffle(tasks)
+        return tasks
+
+    def eval_tasks(self) -> list[Task]:
+        return list(self._eval)

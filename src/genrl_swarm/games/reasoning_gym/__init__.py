@@ -1,0 +1,1 @@
+"""Reasoning Gym with SAPO sharing: library components only, see recipe.yaml."""

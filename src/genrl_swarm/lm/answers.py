@@ -1,0 +1,54 @@
+"""Pulling the final answer out of a completion, for models that rarely answer cleanly."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_OPEN_TAG = re.compile(r"<answer>(.*)$", re.DOTALL | re.IGNORECASE)
+_BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
+_PHRASE = re.compile(r"(?:final answer|answer)\s*(?:is|:|=)\s*(.+)", re.IGNORECASE)
+
+
+def extract_answer(text: str) -> str | None:
+    """The last ``<answer>`` block; else an unclosed one; else the last ``\\boxed{}``; else the
+    last "answer is/answer:" phrase; else the last non-empty line. None for an empty text."""
+    for pattern in (_TAG, _OPEN_TAG, _BOXED):
+        found = pattern.findall(text)
+        if found:
+            return _clean(found[-1])
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        match = _PHRASE.search(line)
+        if match:
+            return _clean(match.group(1))
+    return _clean(lines[-1]) if lines else None
+
+
+def _clean(answer: str) -> str:
+    return answer.strip().strip("*").strip().rstrip(".").strip()
+
+
+def well_formatted(text: str) -> bool:
+    """Exactly one closed, non-empty ``<answer>`` block."""
+    found = _TAG.findall(text)
+    return len(found) == 1 and bool(found[0].strip())
+
+
+def _number(text: str) -> Fraction | None:
+    cleaned = text.replace(",", "").replace("$", "").replace(" ", "").rstrip("%")
+    try:
+        return Fraction(cleaned)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def answers_match(predicted: str | None, gold: str) -> bool:
+    """Numerically equal when both parse as numbers (1/2 == 0.5 == 0.50), else equal ignoring case and spaces."""
+    if predicted is None:
+        return False
+    a, b = _number(predicted), _number(gold)
+    if a is not None and b is not None:
+        return a == b
+    return " ".join(predicted.lower().split()) == " ".join(gold.lower().split())

@@ -1,0 +1,1 @@
+"""Trainers. GRPO imports torch and transformers, so it is imported from its module."""
