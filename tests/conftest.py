@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -7,6 +8,11 @@ import pytest
 
 from genrl_swarm.config import load_recipe
 from genrl_swarm.core import DataManager, GameState, RewardManager, Rollout, RoundRewards, Task, Trainer
+
+
+# Tiny random models are built once per machine into this cache (never the user's home cache).
+os.environ.setdefault("GENRL_SWARM_CACHE", str(Path(__file__).parents[1] / ".pytest_cache" / "genrl_swarm"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 class RecordingGame(DataManager, RewardManager, Trainer):

@@ -26,6 +26,23 @@ def extract_answer(text: str) -> str | None:
     return _clean(lines[-1]) if lines else None
 
 
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+
+
+def last_number(text: str) -> str | None:
+    found = _NUMBER.findall(text)
+    return found[-1].replace(",", "") if found else None
+
+
+def extract_for(gold: str | None, text: str) -> str | None:
+    """``extract_answer``, but when the gold answer is a number and the extracted text is not,
+    fall back to the last number in the completion ("... so 4 x 9 = 36")."""
+    answer = extract_answer(text)
+    if gold is not None and _number(gold) is not None and (answer is None or _number(answer) is None):
+        return last_number(answer or "") or last_number(text) or answer
+    return answer
+
+
 def _clean(answer: str) -> str:
     return answer.strip().strip("*").strip().rstrip(".").strip()
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from genrl_swarm.core import RewardManager, Rollout, Task
-from genrl_swarm.lm.answers import answers_match, extract_answer, well_formatted
+from genrl_swarm.lm.answers import answers_match, extract_for, well_formatted
 
 
 def accuracy(task: Task, completion: str) -> float:
     """Score of the completion's extracted answer: Reasoning Gym's scorer for its tasks,
     numeric/string equality for file tasks. Never the reward a peer claimed."""
-    answer = extract_answer(completion)
+    answer = extract_for(task.answer, completion)
     entry: dict[str, Any] | None = task.metadata.get("entry")
     if entry is not None:
         import reasoning_gym

@@ -113,8 +113,9 @@ class GRPOTrainer(Trainer):
         return f"{self.system_prompt}\n\n{prompt}\n" if self.system_prompt else prompt
 
     @torch.no_grad()
-    def _sample(self, prompts: Sequence[str], n: int, greedy: bool = False) -> list[list[str]]:
-        """``n`` completions per prompt from ONE batched ``generate`` call."""
+    def generate_ids(self, prompts: Sequence[str], n: int, greedy: bool = False) -> torch.Tensor:
+        """Completion token ids [len(prompts) * n, T] from ONE batched ``generate`` call; rows
+        that hit EOS are padded after it."""
         enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(self._device)
         sampling = {} if greedy else {"temperature": self.cfg.temperature, "top_p": self.cfg.top_p}
         out = self.policy.generate(
@@ -126,7 +127,10 @@ class GRPOTrainer(Trainer):
             eos_token_id=self.tokenizer.eos_token_id,
             **sampling,
         )
-        texts = self.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        return out[:, enc["input_ids"].shape[1] :]
+
+    def _sample(self, prompts: Sequence[str], n: int, greedy: bool = False) -> list[list[str]]:
+        texts = self.tokenizer.batch_decode(self.generate_ids(prompts, n, greedy), skip_special_tokens=True)
         return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def generate(self, tasks: Sequence[Task], stage: int) -> list[list[str]]:
