@@ -23,15 +23,30 @@ def trainer() -> GRPOTrainer:
     return GRPOTrainer(model="tiny-random", grpo={"num_generations": 3, "max_new_tokens": 6, "learning_rate": 1e-2}, seed=1)
 
 
-def test_generation_is_batched_and_shaped(trainer: GRPOTrainer, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-    original = trainer.policy.generate
-    monkeypatch.setattr(trainer.policy, "generate", lambda **kw: calls.append(kw["input_ids"].shape) or original(**kw))
-    tasks = [Task.create(f"Calculate {i} + {i}.") for i in range(5)]
-    out = trainer.generate(tasks, stage=0)
-    assert len(calls) == 1 and calls[0][0] == 5  # all prompts in one call, x num_generations inside it
+def test_generation_is_batched_and_shaped(trainer: GRPOTrainer) -> None:
+    shapes: list[tuple[int, int]] = []
+    hook = trainer.policy.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    try:
+        tasks = [Task.create(f"Calculate {i} + {i}.") for i in range(5)]
+        out = trainer.generate(tasks, stage=0)
+    finally:
+        hook.remove()
+    assert shapes[0][0] == 5 and shapes[0][1] > 1  # one prefill per prompt, not per generation
+    assert all(rows <= 15 and width == 1 for rows, width in shapes[1:])  # then 5 x 3 rows decode together
+    assert len(shapes) <= trainer.cfg.max_new_tokens
     assert [len(o) for o in out] == [3] * 5 and all(isinstance(c, str) for o in out for c in o)
     assert trainer.tokenizer.padding_side == "left"  # generation appends on the right
+
+
+def test_lean_sampler_matches_hf_generate_greedy(trainer: GRPOTrainer) -> None:
+    prompts = [trainer.chat(q) for q in ("Calculate 1 + 2.", "What is the answer to 12 * 13, step by step?", "Hi")]
+    lean = trainer.generate_ids(prompts, 1, greedy=True)
+    trainer.cfg.sampler = "hf"
+    try:
+        hf = trainer.generate_ids(prompts, 1, greedy=True)
+    finally:
+        trainer.cfg.sampler = "lean"
+    assert torch.equal(lean, hf)
 
 
 def test_generation_stops_at_eos(trainer: GRPOTrainer) -> None:
@@ -39,16 +54,22 @@ def test_generation_stops_at_eos(trainer: GRPOTrainer) -> None:
     free = trainer.generate_ids(prompt, 1, greedy=True)[0].tolist()
     assert len(free) == 6
     stop = free[1]  # make the greedy path's second token the EOS
-    original = trainer.tokenizer.eos_token
-    trainer.tokenizer.eos_token = trainer.tokenizer.convert_ids_to_tokens(stop)
+    original = trainer.eos_ids
+    trainer.eos_ids = [stop]
     try:
-        assert trainer.tokenizer.eos_token_id == stop
         stopped = trainer.generate_ids(prompt, 1, greedy=True)[0].tolist()
     finally:
-        trainer.tokenizer.eos_token = original
+        trainer.eos_ids = original
     first_stop = stopped.index(stop)
     assert first_stop <= 1
     assert all(t == trainer.tokenizer.pad_token_id for t in stopped[first_stop + 1 :])
+
+
+def test_sampling_is_reproducible_per_peer_seed() -> None:
+    a = GRPOTrainer(model="tiny-random", grpo={"max_new_tokens": 5}, seed=4)
+    b = GRPOTrainer(model="tiny-random", grpo={"max_new_tokens": 5}, seed=4)
+    tasks = [Task.create("Calculate 5 + 5.")]
+    assert a.generate(tasks, 0) == b.generate(tasks, 0)
 
 
 def _scored(peer: str, task: Task, completions: tuple[str, ...], rewards: tuple[float, ...]) -> ScoredRollout:

@@ -14,12 +14,13 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from genrl_swarm.core import GameState, RewardManager, Rollout, RoundRewards, ScoredRollout, Task, Trainer
 from genrl_swarm.lm.models import SMOLLM2, LoraSettings, load_model
+from genrl_swarm.lm.sampling import sample
 from genrl_swarm.trainers.grpo_loss import Aggregation, Scale, group_advantages, grpo_loss
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -48,6 +49,7 @@ class GRPOConfig:
     num_local: int = -1  # own rollouts trained on per round (-1 = all)
     num_external: int = 0  # swarm rollouts trained on per round (SAPO)
     update_policy: bool = True  # false: generate and share, never train
+    sampler: Literal["lean", "hf"] = "lean"  # lean: genrl_swarm.lm.sampling; hf: model.generate
 
 
 @dataclass
@@ -90,6 +92,10 @@ class GRPOTrainer(Trainer):
         torch.manual_seed(self.seed)
         self.policy, self.tokenizer = load_model(self.model, self.device, self.dtype, lora)
         self._device = next(self.policy.parameters()).device
+        self.generator = torch.Generator(self._device).manual_seed(self.seed)  # this peer's sampling stream
+        configured = getattr(getattr(self.policy, "generation_config", None), "eos_token_id", None)
+        extra = configured if isinstance(configured, list) else [configured] if configured is not None else []
+        self.eos_ids = sorted({self.tokenizer.eos_token_id, *extra})
         self.reference = None
         if self.cfg.beta > 0:
             self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
@@ -114,9 +120,14 @@ class GRPOTrainer(Trainer):
 
     @torch.no_grad()
     def generate_ids(self, prompts: Sequence[str], n: int, greedy: bool = False) -> torch.Tensor:
-        """Completion token ids [len(prompts) * n, T] from ONE batched ``generate`` call; rows
-        that hit EOS are padded after it."""
+        """Completion token ids [len(prompts) * n, T <= max_new_tokens] from one batched call
+        (all prompts x n); rows that hit EOS are padded after it."""
         enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(self._device)
+        if self.cfg.sampler == "lean":
+            return sample(
+                self.policy, enc["input_ids"], enc["attention_mask"], n, self.cfg.max_new_tokens, self.eos_ids,
+                self.tokenizer.pad_token_id, self.cfg.temperature, self.cfg.top_p, greedy, self.generator,
+            )  # fmt: skip
         sampling = {} if greedy else {"temperature": self.cfg.temperature, "top_p": self.cfg.top_p}
         out = self.policy.generate(
             **enc,
@@ -124,7 +135,7 @@ class GRPOTrainer(Trainer):
             num_return_sequences=n,
             do_sample=not greedy,
             pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.tokenizer.eos_token_id,
+            eos_token_id=self.eos_ids,
             **sampling,
         )
         return out[:, enc["input_ids"].shape[1] :]
@@ -260,6 +271,7 @@ class GRPOTrainer(Trainer):
                 "steps": self.steps,
                 "rng": self.rng.getstate(),
                 "torch_rng": torch.get_rng_state(),
+                "sampling_rng": self.generator.get_state(),
                 "config": asdict(self.cfg),
             },
             directory / "trainer.pt",
@@ -282,3 +294,4 @@ class GRPOTrainer(Trainer):
         self.steps = extra["steps"]
         self.rng.setstate(extra["rng"])
         torch.set_rng_state(extra["torch_rng"])
+        self.generator.set_state(extra["sampling_rng"])

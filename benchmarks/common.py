@@ -1,0 +1,35 @@
+"""Shared helpers of the benchmark scripts: machine line, tables, quiet imports."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import warnings
+from collections.abc import Sequence
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def machine() -> str:
+    import torch
+
+    return (
+        f"{datetime.date.today()} | {platform.machine()} {os.cpu_count()} cores | Python {platform.python_version()} "
+        f"| torch {torch.__version__} | threads {torch.get_num_threads()}"
+    )
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[(f"{c:,.1f}" if abs(c) >= 100 else f"{c:.3g}") if isinstance(c, float) else str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells)])
+
+
+def mean_sd(values: Sequence[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {sd:.3f}"
