@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from genrl_swarm import __version__
+from genrl_swarm.comm.errors import SwarmFailure
 from genrl_swarm.config import RecipeError, load_recipe, packaged_games, resolve, validate
 
 
@@ -49,6 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecipeError as e:
         print(f"genrl-swarm: recipe error: {e}", file=sys.stderr)
         return 2
+    except SwarmFailure as e:
+        print(f"genrl-swarm: swarm failure: {e}", file=sys.stderr)
+        # A process group with a hung peer blocks interpreter shutdown (its destructor waits on
+        # the peer), so leave at once: metrics and checkpoints are already closed and on disk.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(3)
     standings = ", ".join(f"{p}={v:.2f}" for p, v in sorted(summary.standings.items()))
     print(f"cumulative reward: {standings or '-'}")
     print(f"logs: {summary.run_dir}/<peer>/metrics.jsonl, TensorBoard: tensorboard --logdir {summary.run_dir}")

@@ -65,13 +65,15 @@ def packaged_games() -> list[str]:
 
 
 def recipe_path(recipe: str) -> Path:
-    """A file path, or the name of a packaged game (``bandit``)."""
+    """A file path, a packaged game's name (``bandit``), or a packaged game's recipe file
+    (``multistage_math/recipe.yaml``)."""
     path = Path(recipe)
     if path.is_file():
         return path
-    packaged = resources.files("genrl_swarm.games") / recipe / "recipe.yaml"
-    if packaged.is_file():
-        return Path(str(packaged))
+    games = resources.files("genrl_swarm.games")
+    for packaged in (games / recipe / "recipe.yaml", games / recipe):
+        if packaged.is_file():
+            return Path(str(packaged))
     raise RecipeError(f"no recipe file {recipe!r} and no packaged game of that name (games: {', '.join(packaged_games())})")
 
 

@@ -16,6 +16,8 @@ from typing import TextIO
 from omegaconf import DictConfig
 
 from genrl_swarm.comm.base import ByteBackend
+from genrl_swarm.comm.errors import SwarmFailure
+from genrl_swarm.comm.torch_dist import under_torchrun
 from genrl_swarm.config import (
     RecipeError,
     RunConfig,
@@ -35,6 +37,9 @@ from genrl_swarm.run.metrics import MetricsLogger
 from genrl_swarm.run.plot import plot_rewards
 
 log = logging.getLogger(__name__)
+
+#: Backends that host a whole swarm in one process; under torchrun each rank is one peer instead.
+IN_PROCESS_BACKENDS = {"genrl_swarm.comm.InMemoryBackend", "genrl_swarm.comm.memory.InMemoryBackend", "genrl_swarm.comm.NullBackend", "genrl_swarm.comm.null.NullBackend"}
 
 
 @dataclass
@@ -67,6 +72,10 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     game: GameConfig = section_obj(GameConfig, spec["game"], "game")
     swarm: SwarmConfig = section_obj(SwarmConfig, spec["swarm"], "swarm")
     run: RunConfig = section_obj(RunConfig, spec["run"], "run")
+    if under_torchrun() and spec["communication"]["_target_"] in IN_PROCESS_BACKENDS:
+        log.info("torchrun environment detected: using the torch.distributed backend, one peer per rank")
+        kept = {k: v for k, v in spec["communication"].items() if k == "max_bytes"}
+        spec["communication"], swarm.num_peers = {"_target_": "genrl_swarm.comm.torch_dist.TorchBackend", **kept}, 1
     comm_cls = import_target(spec["communication"]["_target_"], "communication")
     if not (isinstance(comm_cls, type) and issubclass(comm_cls, ByteBackend)):
         raise RecipeError("communication._target_: must name a ByteBackend subclass")
@@ -136,6 +145,8 @@ def run_managers(managers: Sequence[GameManager]) -> dict[str, list[RoundResult]
             t.join()
     if errors:
         peer, error = next(iter(errors.items()))
+        if isinstance(error, SwarmFailure):
+            raise error
         raise RuntimeError(f"peer {peer} failed: {error}") from error
     return results
 
@@ -143,6 +154,7 @@ def run_managers(managers: Sequence[GameManager]) -> dict[str, list[RoundResult]
 def run_recipe(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None) -> RunSummary:
     managers, run = build_managers(cfg, resume, stream)
     results = run_managers(managers)
-    plot = plot_rewards(Path(run.dir)) if run.plot else None
+    first_rank = getattr(managers[0].comm, "rank", 0) == 0  # under torchrun one rank draws, not all at once
+    plot = plot_rewards(Path(run.dir)) if run.plot and first_rank else None
     return RunSummary(Path(run.dir), results, dict(managers[0].coordinator.standings()), plot)
 
