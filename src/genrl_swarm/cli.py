@@ -30,7 +30,27 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--recipe", required=True)
     check.add_argument("overrides", nargs="*")
     sub.add_parser("games", help="list the packaged games")
+    chain = sub.add_parser("chain", help="on-chain coordination").add_subparsers(dest="chain_command", required=True)
+    deploy = chain.add_parser("deploy", help="deploy a SwarmCoordinator contract; prints its address")
+    deploy.add_argument("--rpc-url", default=None, help="JSON-RPC URL (default: $GENRL_SWARM_RPC_URL or http://127.0.0.1:8545)")
+    deploy.add_argument("--key-file", default=None, help="file holding the deployer's private key (default: $GENRL_SWARM_PRIVATE_KEY)")
+    deploy.add_argument("--num-stages", type=int, default=1)
     return p
+
+
+def _chain(args: argparse.Namespace) -> int:
+    from genrl_swarm.coord.evm import RPC_ENV, ChainClient, CoordinatorError, connect, load_private_key
+
+    try:
+        url = args.rpc_url or os.environ.get(RPC_ENV, "http://127.0.0.1:8545")
+        client = ChainClient(connect(url), load_private_key(args.key_file))
+        address = client.deploy(args.num_stages)
+    except CoordinatorError as e:
+        print(f"genrl-swarm: chain error: {e}", file=sys.stderr)
+        return 4
+    print(address)
+    print(f"deployed SwarmCoordinator at {address} (owner and stage manager: {client.address})", file=sys.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "games":
         print("\n".join(packaged_games()))
         return 0
+    if args.command == "chain":
+        return _chain(args)
     try:
         cfg = load_recipe(args.recipe, args.overrides)
         if args.command == "validate":

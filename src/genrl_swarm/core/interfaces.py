@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.types import Rollout, RoundResult, RoundRewards, ScoredRollout, Task
@@ -131,6 +132,10 @@ class Communication(ABC):
 
 class Coordinator(ABC):
     """The referee: who is in, which round it is, who earned what."""
+
+    #: One instance serves every peer of a process (in-process referee); False: one per peer
+    #: (e.g. one chain account each).
+    shared_per_process: ClassVar[bool] = True
 
     @abstractmethod
     def register(self, peer_id: str) -> None: ...

@@ -81,11 +81,12 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
         raise RecipeError("communication._target_: must name a ByteBackend subclass")
     comm_kwargs = instantiate({k: v for k, v in spec["communication"].items() if k != "_target_"})
     comms = comm_cls.spawn(swarm.num_peers, **comm_kwargs)
-    coordinator: Coordinator = instantiate(spec["coordinator"])  # shared by this process's peers
+    coord_cls = import_target(spec["coordinator"]["_target_"], "coordinator")
+    shared = instantiate(spec["coordinator"]) if getattr(coord_cls, "shared_per_process", True) else None
     table = ConsoleTable([c.peer_id for c in comms], game.max_rounds, stream) if run.console else None
     managers = []
     for i, comm in enumerate(comms):
-        managers.append(_build_peer(cfg, comm, getattr(comm, "rank", swarm.rank + i), game, run, coordinator, table, resume))
+        managers.append(_build_peer(cfg, comm, getattr(comm, "rank", swarm.rank + i), game, run, shared, table, resume))
     return managers, run
 
 
@@ -95,11 +96,12 @@ def _build_peer(
     rank: int,
     game: GameConfig,
     run: RunConfig,
-    coordinator: Coordinator,
+    shared: Coordinator | None,
     table: ConsoleTable | None,
     resume: bool,
 ) -> GameManager:
     spec = resolve(cfg, rank)
+    coordinator: Coordinator = shared or instantiate(spec["coordinator"])  # per peer: its own account
     directory = Path(run.dir) / comm.peer_id
     data, reward, trainer = (instantiate(spec[k]) for k in ("data", "reward", "trainer"))
     start = 0
