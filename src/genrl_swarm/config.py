@@ -103,7 +103,8 @@ def apply_override(cfg: DictConfig, item: str) -> None:
     if not adding and OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
         raise RecipeError(f"override {key}: no such key in the recipe (use +{key}=... to add one)")
     try:
-        value = yaml.safe_load(text) if text else ""
+        # 0x... is an address or a key far more often than a hex number: keep it text.
+        value = text if not text or text[:2].lower() in ("0x", "0o", "0b") else yaml.safe_load(text)
         OmegaConf.update(cfg, key, value, merge=False, force_add=True)
     except (yaml.YAMLError, OmegaConfBaseException) as e:
         raise RecipeError(f"override {item!r}: {e}") from e
@@ -210,7 +211,8 @@ def check_value(value: Any, hint: Any, path: str) -> None:
                 return check_value(value, arm, path)
             except RecipeError:
                 continue
-        raise RecipeError(f"{path}: {value!r} fits none of {hint}")
+        hint_text = " (quote 0x... values in YAML)" if isinstance(value, int) and str in args else ""
+        raise RecipeError(f"{path}: {value!r} fits none of {hint}{hint_text}")
     if hint is type(None):
         if value is not None:
             raise RecipeError(f"{path}: expected null, got {value!r}")
