@@ -7,10 +7,11 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from genrl_swarm import __version__
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.config import RecipeError, load_recipe, packaged_games, resolve, validate
+from genrl_swarm.config import RecipeError, apply_override, load_recipe, packaged_games, resolve, validate
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,6 +27,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--recipe", required=True, help="a recipe YAML file, or a packaged game's name")
     run.add_argument("--resume", action="store_true", help="continue from each peer's latest checkpoint")
     run.add_argument("overrides", nargs="*", help="key=value recipe overrides")
+    swarm = sub.add_parser("swarm", help="join (or start) a decentralized swarm over a HiveMind DHT")
+    swarm.add_argument("--recipe", required=True)
+    swarm.add_argument("--initial-peers", action="append", default=[], metavar="MADDR", help="a running peer's multiaddr (repeat for several, or $GENRL_SWARM_INITIAL_PEERS); none: start a new swarm")
+    swarm.add_argument("--identity", default=None, help="identity file: this peer keeps its peer id across restarts")
+    swarm.add_argument("--resume", action="store_true")
+    swarm.add_argument("overrides", nargs="*")
     check = sub.add_parser("validate", help="check a recipe without running it")
     check.add_argument("--recipe", required=True)
     check.add_argument("overrides", nargs="*")
@@ -53,6 +60,18 @@ def _chain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _to_dht(cfg: Any, initial_peers: list[str], identity: str | None) -> None:
+    """Point a recipe at the HiveMind backend, one peer per process."""
+    target = "genrl_swarm.comm.hivemind_dht.HivemindBackend"
+    if cfg.communication.get("_target_") != target:
+        cfg.communication = {"_target_": target}
+    if initial_peers:
+        cfg.communication.initial_peers = initial_peers
+    if identity:
+        cfg.communication.identity_path = identity
+    cfg.swarm.num_peers = 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -62,7 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "chain":
         return _chain(args)
     try:
-        cfg = load_recipe(args.recipe, args.overrides)
+        cfg = load_recipe(args.recipe)
+        if args.command == "swarm":
+            _to_dht(cfg, args.initial_peers, args.identity)  # before the overrides, which may refine it
+        for item in args.overrides:
+            apply_override(cfg, item)
         if args.command == "validate":
             validate(resolve(cfg))
             print(f"{args.recipe}: ok")

@@ -82,10 +82,10 @@ class GameManager:
         if self.config.mode == "evaluate":
             results = [RoundResult(self.start_round, self.peer_id, {}, (), self.evaluate())]
         else:
-            results, r = [], max(self.start_round, self.coordinator.current_round())
+            results, r = [], max(self.start_round, self._swarm_round())
             while r < self.config.max_rounds:
                 results.append(self.play_round(r))
-                r = max(r + 1, self.coordinator.current_round())  # a peer that fell behind catches up
+                r = max(r + 1, self._swarm_round())  # a peer that fell behind catches up
         _fire(self.hooks.after_game, self, results)
         return results
 
@@ -115,6 +115,10 @@ class GameManager:
         self.coordinator.finish_round(r)
         _fire(self.hooks.after_round, self, result)
         return result
+
+    def _swarm_round(self) -> int:
+        """Where the swarm is: the coordinator's round, or the highest round peers announced."""
+        return max(self.coordinator.current_round(), self.comm.swarm_round())
 
     def evaluate(self) -> dict[str, float]:
         return self.trainer.evaluate(self.data.eval_tasks(), self.reward)

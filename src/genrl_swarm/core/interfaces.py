@@ -126,6 +126,10 @@ class Communication(ABC):
         or missing payload.
         """
 
+    def swarm_round(self) -> int:
+        """The highest round the swarm is known to play (0 if the backend cannot tell)."""
+        return 0
+
     def close(self) -> None:
         """Release sockets, daemons and process groups."""
 

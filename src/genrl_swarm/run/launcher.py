@@ -81,6 +81,9 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
         raise RecipeError("communication._target_: must name a ByteBackend subclass")
     comm_kwargs = instantiate({k: v for k, v in spec["communication"].items() if k != "_target_"})
     comms = comm_cls.spawn(swarm.num_peers, **comm_kwargs)
+    for comm in comms:
+        if hasattr(comm, "visible_maddrs"):
+            print(f"peer {comm.peer_id} is up; others join with: --initial-peers {comm.visible_maddrs()[0]}", file=stream, flush=True)
     coord_cls = import_target(spec["coordinator"]["_target_"], "coordinator")
     shared = instantiate(spec["coordinator"]) if getattr(coord_cls, "shared_per_process", True) else None
     table = ConsoleTable([c.peer_id for c in comms], game.max_rounds, stream) if run.console else None
