@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 PEERS_ENV = "GENRL_SWARM_INITIAL_PEERS"
 #: hivemind's connections carry messages up to 4 MiB; leave room for the DHT's own framing.
 DEFAULT_MAX_BYTES = 3_500_000
+#: Payloads go into the DHT in chunks this small. hivemind's DHT process reads its control pipe
+#: from a non-blocking fd; a store request larger than one atomic pipe write (4 KiB) can be read
+#: half-way and kill that process (seen here with 60 KB - 200 KB values).
+CHUNK = 3_000
 
 
 def initial_peers_from_env() -> list[str]:
@@ -171,8 +175,10 @@ class HivemindBackend(ByteBackend):
         deadline, key = time.monotonic() + timeout, self._key(round, stage)
         expiration = get_dht_time() + self.ttl
         self.dht.store(f"{self.swarm}/progress", round, expiration, subkey=self.peer_id)
-        if not self.dht.store(key, data, expiration, subkey=self.peer_id):
-            log.warning("%s: the DHT did not accept this peer's payload for %s", self.peer_id, key)
+        chunks = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
+        for i, chunk in enumerate(chunks):
+            if not self.dht.store(key, chunk, expiration, subkey=f"{self.peer_id}#{i}/{len(chunks)}"):
+                log.warning("%s: the DHT did not accept chunk %d of this peer's payload for %s", self.peer_id, i, key)
         payloads, wait = {}, 0.05
         while True:
             payloads = self._read(key)
@@ -183,12 +189,29 @@ class HivemindBackend(ByteBackend):
             wait = min(wait * 2, self.max_poll)
 
     def _read(self, key: str) -> dict[str, Any]:
-        """Every peer's value under ``key``; absent, expired or odd-shaped records are skipped
-        here or left for the codec to reject (a non-bytes value is dropped, not a crash)."""
+        """Every peer's payload under ``key``, reassembled from its chunks (``peer#i/n``); a peer
+        whose chunks are not all there yet is left out. Odd records (no chunk suffix, non-bytes
+        values) are passed on as they are, for the codec to reject: dropped, never a crash."""
         found = self.dht.get(key, latest=True)
         if found is None or not isinstance(found.value, dict):
             return {}
-        return {str(sub): item.value for sub, item in found.value.items() if item is not None}
+        whole: dict[str, Any] = {}
+        parts: dict[str, dict[int, Any]] = {}
+        counts: dict[str, int] = {}
+        for sub, item in found.value.items():
+            if item is None:
+                continue
+            peer, sep, position = str(sub).rpartition("#")
+            index, _, total = position.partition("/")
+            if not (sep and index.isdigit() and total.isdigit() and isinstance(item.value, bytes)):
+                whole[str(sub)] = item.value
+                continue
+            parts.setdefault(peer, {})[int(index)] = item.value
+            counts[peer] = int(total)
+        for peer, chunks in parts.items():
+            if len(chunks) == counts[peer] and set(chunks) == set(range(counts[peer])):
+                whole[peer] = b"".join(chunks[i] for i in range(counts[peer]))
+        return whole
 
     def swarm_round(self) -> int:
         """The highest round any peer announced: where a peer that fell behind rejoins."""
