@@ -99,7 +99,7 @@ def run(kind: str, world: int, iters: int) -> dict[str, list[float]]:
     if kind == "torch":
         return run_torch(world, iters)
     # A fresh interpreter: hivemind's forked DHT processes break in one that used torch's spawn machinery.
-    cmd = [sys.executable, __file__, "--hivemind-world", str(world), "--iters", str(iters)]
+    cmd = [sys.executable, __file__, "--hivemind-world", str(world), "--iters", str(iters), "--sizes", *SIZES]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
     timings: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
     return timings
@@ -110,8 +110,12 @@ def main() -> None:
     p.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "hivemind"])
     p.add_argument("--worlds", nargs="+", type=int, default=[2, 4, 8])
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="payload sizes to measure")
     p.add_argument("--hivemind-world", type=int, default=0, help=argparse.SUPPRESS)
     a = p.parse_args()
+    for label in list(SIZES):
+        if label not in a.sizes:
+            del SIZES[label]
     if a.hivemind_world:
         print(json.dumps(run_hivemind(a.hivemind_world, a.iters)))
         return

@@ -20,6 +20,10 @@ def test_overrides_reach_components(bandit_recipe) -> None:
     assert trainer.logits.shape == (2, 4, 8)  # interpolation ${data.num_contexts} followed the override
 
 
+def test_exponent_floats_without_a_dot(bandit_recipe) -> None:
+    assert resolve(bandit_recipe("trainer.lr=1e-5"))["trainer"]["lr"] == 1e-5
+
+
 def test_plus_adds_a_key_and_plain_override_of_unknown_key_fails(bandit_recipe) -> None:
     assert resolve(bandit_recipe("+data.game_seed=3"))["data"]["game_seed"] == 3
     with pytest.raises(RecipeError, match=r"override data\.game_seed: no such key"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence, Set
@@ -105,12 +106,15 @@ def apply_override(cfg: DictConfig, item: str) -> None:
     try:
         # 0x... is an address or a key far more often than a hex number: keep it text.
         value = text if not text or text[:2].lower() in ("0x", "0o", "0b") else yaml.safe_load(text)
+        if isinstance(value, str) and _FLOAT.fullmatch(value):
+            value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
         OmegaConf.update(cfg, key, value, merge=False, force_add=True)
     except (yaml.YAMLError, OmegaConfBaseException) as e:
         raise RecipeError(f"override {item!r}: {e}") from e
 
 
 _MISSING = object()
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def resolve(cfg: DictConfig, rank: int = 0) -> dict[str, Any]:
