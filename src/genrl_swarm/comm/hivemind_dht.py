@@ -72,7 +72,7 @@ def _die_with_parent() -> None:
 def _dht_class() -> Any:
     import hivemind
 
-    class PeerDHT(hivemind.DHT):  # type: ignore[misc, name-defined]
+    class PeerDHT(hivemind.DHT):  # type: ignore[misc]
         def run(self) -> None:
             _die_with_parent()
             super().run()
