@@ -158,3 +158,29 @@ def test_exchange_never_crashes_on_odd_records(tmp_path: Path) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_payloads_larger_than_one_chunk_arrive_whole() -> None:
+    """hivemind's DHT process died on store requests of 60-200 KB; payloads now travel in
+    3 KB chunks and must come out byte-identical on the other side."""
+    from genrl_swarm.comm.hivemind_dht import CHUNK, HivemindBackend
+    from genrl_swarm.core import Rollout
+
+    a = HivemindBackend(min_peers=2, swarm="big")
+    b = HivemindBackend(initial_peers=a.visible_maddrs(), min_peers=2, swarm="big")
+    try:
+        prompt = "".join(chr(0x41 + i % 50) for i in range(150_000))  # 50 chunks, not a repeated byte
+        assert len(prompt) > 40 * CHUNK
+        b.dht.store("big/r0/s0", b"\x00", 0, subkey=f"{b.peer_id}#0/2")  # a stale half, already expired
+        mine = [Rollout(b.peer_id, 0, 0, "t", prompt, ("x",))]
+        import threading
+
+        sent = threading.Thread(target=lambda: b.exchange(0, 0, mine, timeout=30))
+        sent.start()
+        got = a.exchange(0, 0, [Rollout(a.peer_id, 0, 0, "t", "p", ("y",))], timeout=30)
+        sent.join(timeout=60)
+        assert got.dropped == {}
+        assert got.received[b.peer_id][0].prompt == prompt
+    finally:
+        a.close()
+        b.close()

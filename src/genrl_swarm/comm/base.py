@@ -10,7 +10,7 @@ import logging
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, PayloadError
 from genrl_swarm.core.interfaces import Communication, ExchangeResult
@@ -28,6 +28,10 @@ class RawExchange:
 
 
 class ByteBackend(Communication):
+    #: True for backends whose whole swarm lives in this process (in-memory, null): under
+    #: torchrun the launcher swaps them for the torch backend, one peer per rank.
+    in_process: ClassVar[bool] = False
+
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.codec = Codec(max_bytes)
         self.dropped_total = 0  # bad payloads over this backend's life

@@ -55,6 +55,8 @@ class InMemorySwarm:
 
 
 class InMemoryBackend(ByteBackend):
+    in_process = True
+
     def __init__(self, swarm: InMemorySwarm, peer_id: str, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         super().__init__(max_bytes)
         self.swarm, self._peer_id = swarm, peer_id

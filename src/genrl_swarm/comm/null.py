@@ -7,6 +7,8 @@ from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES
 
 
 class NullBackend(ByteBackend):
+    in_process = True
+
     def __init__(self, peer_id: str = "peer-0", max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         super().__init__(max_bytes)
         self._peer_id = peer_id

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from genrl_swarm.comm.base import ByteBackend
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.comm.torch_dist import under_torchrun
+from genrl_swarm.comm.torch_dist import TorchBackend, under_torchrun
 from genrl_swarm.config import (
     RecipeError,
     RunConfig,
@@ -38,8 +38,6 @@ from genrl_swarm.run.plot import plot_rewards
 
 log = logging.getLogger(__name__)
 
-#: Backends that host a whole swarm in one process; under torchrun each rank is one peer instead.
-IN_PROCESS_BACKENDS = {"genrl_swarm.comm.InMemoryBackend", "genrl_swarm.comm.memory.InMemoryBackend", "genrl_swarm.comm.NullBackend", "genrl_swarm.comm.null.NullBackend"}
 
 
 @dataclass
@@ -72,11 +70,11 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     game: GameConfig = section_obj(GameConfig, spec["game"], "game")
     swarm: SwarmConfig = section_obj(SwarmConfig, spec["swarm"], "swarm")
     run: RunConfig = section_obj(RunConfig, spec["run"], "run")
-    if under_torchrun() and spec["communication"]["_target_"] in IN_PROCESS_BACKENDS:
+    comm_cls = import_target(spec["communication"]["_target_"], "communication")
+    if under_torchrun() and getattr(comm_cls, "in_process", False):
         log.info("torchrun environment detected: using the torch.distributed backend, one peer per rank")
         kept = {k: v for k, v in spec["communication"].items() if k == "max_bytes"}
-        spec["communication"], swarm.num_peers = {"_target_": "genrl_swarm.comm.torch_dist.TorchBackend", **kept}, 1
-    comm_cls = import_target(spec["communication"]["_target_"], "communication")
+        spec["communication"], swarm.num_peers, comm_cls = {"_target_": "genrl_swarm.comm.torch_dist.TorchBackend", **kept}, 1, TorchBackend
     if not (isinstance(comm_cls, type) and issubclass(comm_cls, ByteBackend)):
         raise RecipeError("communication._target_: must name a ByteBackend subclass")
     comm_kwargs = instantiate({k: v for k, v in spec["communication"].items() if k != "_target_"})
