@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, PayloadError
+from genrl_swarm.core.bodies import Body
 from genrl_swarm.core.interfaces import Communication, ExchangeResult
-from genrl_swarm.core.types import Rollout
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +47,18 @@ class ByteBackend(Communication):
     def _exchange_bytes(self, round: int, stage: int, data: bytes, timeout: float) -> RawExchange:
         """Publish ``data`` and collect the other peers' bytes for (round, stage) within ``timeout``."""
 
-    def exchange(self, round: int, stage: int, rollouts: Sequence[Rollout], timeout: float) -> ExchangeResult:
-        data = self.codec.encode(self.peer_id, round, stage, rollouts)
+    def exchange(
+        self, round: int, stage: int, bodies: Sequence[Body], timeout: float, body_type: type[Body] = Body
+    ) -> ExchangeResult:
+        data = self.codec.encode(self.peer_id, round, stage, bodies)
         raw = self._exchange_bytes(round, stage, data, timeout)
-        received: dict[str, tuple[Rollout, ...]] = {self.peer_id: tuple(rollouts)}
+        received: dict[str, tuple[Body, ...]] = {self.peer_id: tuple(bodies)}
         dropped: dict[str, str] = {}
         for sender, blob in raw.payloads.items():
             if sender == self.peer_id:
                 continue
             try:
-                envelope = self.codec.decode(blob)
+                envelope = self.codec.decode(blob, body_type)
                 if (envelope.sender, envelope.round, envelope.stage) != (sender, round, stage):
                     raise PayloadError(
                         f"envelope says {envelope.sender} r{envelope.round}/s{envelope.stage}, "
@@ -66,6 +68,6 @@ class ByteBackend(Communication):
                 dropped[sender] = str(e)
                 log.warning("%s dropped payload from %s (r%d/s%d): %s", self.peer_id, sender, round, stage, e)
                 continue
-            received[sender] = envelope.body
+            received[sender] = envelope.bodies
         self.dropped_total += len(dropped)
         return ExchangeResult(received, dropped, raw.expected)

@@ -1,17 +1,20 @@
 """The one place payloads become bytes and back.
 
-msgpack through msgspec, decoded straight into the ``Envelope``/``Rollout`` dataclasses, so
-a peer's bytes are schema-checked (field names, types, ``__post_init__`` invariants) in the
-same step they are parsed. Every failure is a ``PayloadError``; backends drop and count it.
+msgpack through msgspec, decoded straight into ``Envelope[<the game's body type>]``, so a
+peer's bytes are schema-checked (field names, types, lengths, dtypes and shapes, ``__post_init__``
+invariants) in the same step they are parsed. Every failure is a ``PayloadError``; backends
+drop and count it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
-from genrl_swarm.core.types import FORMAT_VERSION, Envelope, Rollout
+from genrl_swarm.core.bodies import Body, Envelope
+from genrl_swarm.core.types import FORMAT_VERSION
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 
@@ -26,14 +29,13 @@ class Codec:
             raise ValueError("max_bytes must be positive")
         self.max_bytes = max_bytes
         self._encoder = msgspec.msgpack.Encoder()
-        self._decoder = msgspec.msgpack.Decoder(type=Envelope)
+        self._decoders: dict[type[Body], Any] = {}
 
-    def encode(self, sender: str, round: int, stage: int, rollouts: Sequence[Rollout]) -> bytes:
+    def encode(self, sender: str, round: int, stage: int, bodies: Sequence[Body]) -> bytes:
         try:
-            envelope = Envelope(FORMAT_VERSION, sender, round, stage, tuple(rollouts))
-            data = self._encoder.encode(envelope)
+            data = self._encoder.encode(Envelope(FORMAT_VERSION, sender, round, stage, tuple(bodies)))
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as e:
-            raise PayloadError(f"cannot encode rollouts of {sender} r{round}/s{stage}: {e}") from e
+            raise PayloadError(f"cannot encode bodies of {sender} r{round}/s{stage}: {e}") from e
         if len(data) > self.max_bytes:
             raise PayloadError(
                 f"payload of {sender} r{round}/s{stage} is {len(data)} bytes, over the limit of "
@@ -41,12 +43,19 @@ class Codec:
             )
         return data
 
-    def decode(self, data: bytes) -> Envelope:
+    def decode(self, data: bytes, body_type: type[Body] = Body) -> Envelope[Any]:
+        """An envelope whose bodies are all ``body_type``; anything else is a PayloadError."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise PayloadError(f"payload is {type(data).__name__}, not bytes")
         if len(data) > self.max_bytes:
             raise PayloadError(f"payload of {len(data)} bytes is over the limit of {self.max_bytes}")
+        decoder = self._decoders.get(body_type)
+        if decoder is None:
+            decoder = self._decoders[body_type] = msgspec.msgpack.Decoder(Envelope[body_type])  # type: ignore[valid-type]
         try:
-            return self._decoder.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as e:
-            raise PayloadError(f"bad payload: {e}") from e
+            envelope: Envelope[Any] = decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RecursionError) as e:
+            raise PayloadError(f"bad payload: {str(e)[:300]}") from e
+        if envelope.version != FORMAT_VERSION:
+            raise PayloadError(f"format version {envelope.version}, this peer speaks {FORMAT_VERSION}")
+        return envelope

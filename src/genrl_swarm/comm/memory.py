@@ -22,6 +22,7 @@ class InMemorySwarm:
         self._boards: dict[tuple[int, int], dict[str, bytes]] = {}
         self._cond = threading.Condition()
         self._keep_rounds = keep_rounds
+        self._interrupted = False
 
     def join(self, peer_id: str) -> None:
         with self._cond:
@@ -42,14 +43,20 @@ class InMemorySwarm:
                 del self._boards[key]
             self._cond.notify_all()
 
+    def interrupt(self) -> None:
+        """End every wait now and from now on (the run is stopping)."""
+        with self._cond:
+            self._interrupted = True
+            self._cond.notify_all()
+
     def collect(self, round: int, stage: int, timeout: float) -> dict[str, bytes]:
-        """Wait until every member posted for (round, stage), or the deadline."""
+        """Wait until every member posted for (round, stage), the deadline, or an interrupt."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 board = self._boards.get((round, stage), {})
                 remaining = deadline - time.monotonic()
-                if self.members <= board.keys() or remaining <= 0:
+                if self.members <= board.keys() or remaining <= 0 or self._interrupted:
                     return dict(board)
                 self._cond.wait(remaining)
 
@@ -74,6 +81,9 @@ class InMemoryBackend(ByteBackend):
     def _exchange_bytes(self, round: int, stage: int, data: bytes, timeout: float) -> RawExchange:
         self.swarm.post(round, stage, self.peer_id, data)
         return RawExchange(self.swarm.collect(round, stage, timeout), expected=len(self.swarm.members))
+
+    def interrupt(self) -> None:
+        self.swarm.interrupt()
 
     def close(self) -> None:
         self.swarm.leave(self.peer_id)

@@ -1,43 +1,73 @@
-"""Core: the types, interfaces and loop every peer shares. Imports nothing heavy."""
+"""Core: the types, bodies, interfaces and loop every peer shares. Imports nothing heavy."""
 
+from genrl_swarm.core.bodies import (
+    Array,
+    ArraySpec,
+    Body,
+    Envelope,
+    Episode,
+    TokenRollout,
+    TokenSample,
+    Trajectory,
+    Turn,
+)
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
 from genrl_swarm.core.interfaces import (
     Communication,
     Coordinator,
     DataManager,
     ExchangeResult,
+    Learner,
+    Policy,
     RewardManager,
-    Trainer,
+    RunInterrupted,
+    Weights,
 )
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.types import (
     FORMAT_VERSION,
-    Envelope,
+    Drop,
     Rollout,
     RoundResult,
     RoundRewards,
     ScoredRollout,
+    StageInput,
     Task,
     content_id,
+    tie_break,
 )
 
 __all__ = [
     "FORMAT_VERSION",
+    "Array",
+    "ArraySpec",
+    "Body",
     "Communication",
     "Coordinator",
     "DataManager",
+    "Drop",
     "Envelope",
+    "Episode",
     "ExchangeResult",
     "GameConfig",
     "GameManager",
     "GameState",
     "Hooks",
+    "Learner",
+    "Policy",
     "RewardManager",
     "Rollout",
     "RoundResult",
     "RoundRewards",
+    "RunInterrupted",
     "ScoredRollout",
+    "StageInput",
     "Task",
-    "Trainer",
+    "TokenRollout",
+    "TokenSample",
+    "Trajectory",
+    "Turn",
+    "Weights",
     "content_id",
+    "tie_break",
 ]

@@ -1,9 +1,9 @@
 """GameManager: the framework-defined progression, the same on every peer.
 
     for round r:   tasks = data.round_tasks(r)
-        for stage s: inputs -> trainer.generate -> comm.exchange -> state.record
-        rewards = reward.score_state(state)    (local, also for the swarm's rollouts)
-        trainer.train(state, rewards)          (per round, or per stage)
+        for stage s: inputs -> policy.act -> comm.exchange -> state.record (checked per body)
+        rewards = reward.score_state(state)    (local truth, also for the swarm's rollouts)
+        learner.train(state, rewards); policy.load_weights(learner.weights())
         coordinator.report(result)
 
 Everything else (logging, checkpoints, progress) hangs off the named hooks.
@@ -11,22 +11,28 @@ Everything else (logging, checkpoints, progress) hangs off the named hooks.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from genrl_swarm.core.interfaces import (
     Communication,
     Coordinator,
     DataManager,
     ExchangeResult,
+    Learner,
+    Policy,
     RewardManager,
-    Trainer,
+    RunInterrupted,
 )
 from genrl_swarm.core.state import GameState
-from genrl_swarm.core.types import Rollout, RoundResult, RoundRewards, Task
+from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,8 +47,14 @@ class GameConfig:
     exchange_timeout: float = 30.0  # seconds each exchange may wait for the swarm
 
     def __post_init__(self) -> None:
-        if self.num_stages < 1 or self.max_rounds < 0 or self.eval_every < 0 or self.exchange_timeout <= 0:
-            raise ValueError(f"invalid game config: {self}")
+        for name, ok, rule in (
+            ("num_stages", self.num_stages >= 1, ">= 1"),
+            ("max_rounds", self.max_rounds >= 0, ">= 0"),
+            ("eval_every", self.eval_every >= 0, ">= 0"),
+            ("exchange_timeout", self.exchange_timeout > 0, "> 0"),
+        ):
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
 
 
 @dataclass
@@ -60,18 +72,21 @@ class GameManager:
         self,
         data: DataManager,
         reward: RewardManager,
-        trainer: Trainer,
+        policy: Policy,
+        learner: Learner | None,
         comm: Communication,
         coordinator: Coordinator,
         config: GameConfig | None = None,
         hooks: Hooks | None = None,
         start_round: int = 0,
     ) -> None:
-        self.data, self.reward, self.trainer = data, reward, trainer
+        self.data, self.reward, self.policy, self.learner = data, reward, policy, learner
         self.comm, self.coordinator = comm, coordinator
         self.config = config or GameConfig()
         self.hooks = hooks or Hooks()
         self.start_round = start_round  # > 0 when resuming from a checkpoint
+        self.interrupted = False
+        self._stop = threading.Event()
 
     @property
     def peer_id(self) -> str:
@@ -79,13 +94,17 @@ class GameManager:
 
     def run(self) -> list[RoundResult]:
         self.coordinator.register(self.peer_id)
-        if self.config.mode == "evaluate":
-            results = [RoundResult(self.start_round, self.peer_id, {}, (), self.evaluate())]
-        else:
-            results, r = [], max(self.start_round, self._swarm_round())
-            while r < self.config.max_rounds:
+        results: list[RoundResult] = []
+        try:
+            if self.config.mode == "evaluate":
+                results.append(RoundResult(self.start_round, self.peer_id, {}, (), self.evaluate()))
+            r = self._next_round(self.start_round)
+            while self.config.mode != "evaluate" and r < self.config.max_rounds:
                 results.append(self.play_round(r))
-                r = max(r + 1, self._swarm_round())  # a peer that fell behind catches up
+                r = self._next_round(r + 1)
+        except RunInterrupted:
+            self.interrupted = True
+            log.info("%s stopped by request after %d round(s)", self.peer_id, len(results))
         _fire(self.hooks.after_game, self, results)
         return results
 
@@ -96,11 +115,13 @@ class GameManager:
         for s in range(self.config.num_stages):
             inputs = self.data.stage_inputs(state, s)
             with _timed(metrics, f"time/generate_s{s}"):
-                rollouts = self._rollouts(r, s, inputs, self.trainer.generate(inputs, s))
+                bodies = self._act(inputs, s)
             with _timed(metrics, f"time/exchange_s{s}"):
-                exchange = self.comm.exchange(r, s, rollouts, self.config.exchange_timeout)
-            state.record(s, inputs, exchange.received)
-            metrics |= {f"swarm/peers_s{s}": len(exchange.received), f"swarm/dropped_s{s}": len(exchange.dropped)}
+                exchange = self.comm.exchange(r, s, bodies, self.config.exchange_timeout, self.policy.body_type)
+            self._check_stop()
+            state.drops.extend(Drop(peer, s, None, why) for peer, why in exchange.dropped.items())
+            refused = state.record(s, inputs, exchange.received, self.policy.check, self.policy.texts)
+            metrics |= {f"swarm/peers_s{s}": len(exchange.received), f"swarm/dropped_s{s}": len(exchange.dropped) + len(refused)}
             _fire(self.hooks.after_stage, self, state, s, exchange)
             if per_stage:
                 metrics |= self._train(state, self.reward.score_state(state, stage=s), f"_s{s}")
@@ -110,28 +131,61 @@ class GameManager:
             metrics |= self._train(state, rewards, "")
         if self._eval_due(r):
             metrics |= self.evaluate()
-        result = RoundResult(r, self.peer_id, rewards.mean_by_peer(), rewards.winners(), metrics)
+        result = RoundResult(r, self.peer_id, rewards.mean_by_peer(), rewards.winners(), metrics, state.drops_by_peer())
         self.coordinator.report(result)
         self.coordinator.finish_round(r)
         _fire(self.hooks.after_round, self, result)
         return result
 
-    def _swarm_round(self) -> int:
-        """Where the swarm is: the coordinator's round, or the highest round peers announced."""
-        return max(self.coordinator.current_round(), self.comm.swarm_round())
+    def stop(self) -> None:
+        """Ask this peer to stop soon (from another thread): the current act or exchange ends
+        early and ``run`` returns the rounds played so far."""
+        self._stop.set()
+        self.policy.interrupt()
+        self.comm.interrupt()
 
     def evaluate(self) -> dict[str, float]:
-        return self.trainer.evaluate(self.data.eval_tasks(), self.reward)
+        """Mean reward of greedy actions on the held-out tasks (stage 0)."""
+        tasks = self.data.eval_tasks()
+        if not tasks:
+            return {}
+        inputs = [t.input(0) for t in tasks]
+        bodies = self.policy.act(inputs, 0, greedy=True)
+        total, count = 0.0, 0
+        for task, inp, body in zip(tasks, inputs, bodies):
+            rewards = self.reward.score(task, inp, Rollout("eval", 0, 0, body, self.policy.texts(body)))
+            total, count = total + sum(rewards), count + len(rewards)
+        return {"eval/reward": total / max(count, 1)}
+
+    def _next_round(self, wanted: int) -> int:
+        """``wanted``, or the swarm's round when this peer fell behind (logged with the rounds
+        it skips)."""
+        self._check_stop()
+        swarm = max(self.coordinator.current_round(), self.comm.swarm_round())
+        if swarm > wanted and wanted < self.config.max_rounds:
+            skipped = min(swarm, self.config.max_rounds) - 1
+            log.warning("%s is behind the swarm: jumps from round %d to %d, skipping rounds %d-%d",
+                        self.peer_id, wanted, swarm, wanted, skipped)  # fmt: skip
+            return swarm
+        return wanted
+
+    def _act(self, inputs: Sequence[Any], stage: int) -> list[Any]:
+        bodies = self.policy.act(inputs, stage) if inputs else []
+        if len(bodies) != len(inputs):
+            raise ValueError(f"policy.act returned {len(bodies)} bodies for {len(inputs)} inputs")
+        return bodies
 
     def _train(self, state: GameState, rewards: RoundRewards, suffix: str) -> dict[str, float]:
+        if self.learner is None:
+            return {}
         start = time.perf_counter()
-        metrics = {f"{k}{suffix}": v for k, v in self.trainer.train(state, rewards).items()}
+        metrics = {f"{k}{suffix}": v for k, v in self.learner.train(state, rewards).items()}
+        self.policy.load_weights(self.learner.weights())
         return metrics | {f"time/train{suffix}": time.perf_counter() - start}
 
-    def _rollouts(self, r: int, s: int, inputs: Sequence[Task], outputs: Sequence[Sequence[str]]) -> list[Rollout]:
-        if len(outputs) != len(inputs):
-            raise ValueError(f"trainer.generate returned {len(outputs)} outputs for {len(inputs)} tasks")
-        return [Rollout(self.peer_id, r, s, t.id, t.prompt, tuple(c)) for t, c in zip(inputs, outputs) if c]
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise RunInterrupted
 
     def _eval_due(self, r: int) -> bool:
         if self.config.mode != "train_and_evaluate":

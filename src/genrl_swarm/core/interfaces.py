@@ -1,24 +1,33 @@
-"""The five interfaces a game is assembled from.
+"""The interfaces a game is assembled from.
 
-Each is a small abstract class with the exact signatures ``GameManager`` calls; a game
-implements DataManager, RewardManager and Trainer, and picks a Communication backend and a
-Coordinator from the library.
+A game implements DataManager and RewardManager and brings a Policy (acts) and a Learner
+(updates the policy); it picks a Communication backend and a Coordinator from the library.
+The split between Policy and Learner is what lets the same game run synchronously in one
+process, or with rollout workers and a learner apart (Ray), or with a JAX policy.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from genrl_swarm.core.bodies import Body
 from genrl_swarm.core.state import GameState
-from genrl_swarm.core.types import Rollout, RoundResult, RoundRewards, ScoredRollout, Task
+from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput, Task
+
+log = logging.getLogger(__name__)
+
+
+class RunInterrupted(Exception):
+    """Raised inside a peer's loop when the run was asked to stop (Ctrl-C)."""
 
 
 class DataManager(ABC):
-    """Makes each round's tasks and each stage's prompts.
+    """Makes each round's tasks and each stage's inputs.
 
     ``round_tasks`` must be a pure function of (swarm seed, round) so that peers sharing a
     seed draw the same questions without talking.
@@ -27,11 +36,12 @@ class DataManager(ABC):
     @abstractmethod
     def round_tasks(self, round: int) -> list[Task]: ...
 
-    def stage_inputs(self, state: GameState, stage: int) -> list[Task]:
-        """Prompts for ``stage``. Stage 0 shows the tasks; multi-stage games override this to
-        build later prompts from the own and swarm rollouts recorded in ``state``."""
+    def stage_inputs(self, state: GameState, stage: int) -> list[StageInput]:
+        """Inputs for ``stage``, built from this peer's state only. Stage 0 shows each task;
+        multi-stage games override this to build later inputs from the rollouts (own and the
+        swarm's) accepted into ``state`` — from their derived text, never a sender's prompt."""
         if stage == 0:
-            return list(state.tasks.values())
+            return [t.input(0) for t in state.tasks.values()]
         raise NotImplementedError(f"{type(self).__name__} has no stage {stage}: override stage_inputs")
 
     def eval_tasks(self) -> list[Task]:
@@ -40,58 +50,94 @@ class DataManager(ABC):
 
 
 class RewardManager(ABC):
-    """Turns completions into rewards, always computed locally from the task's ground truth."""
+    """Rewards, always computed locally from this peer's task and the input it built."""
 
     @abstractmethod
-    def score(self, task: Task, rollout: Rollout) -> list[float]:
-        """One reward per completion of ``rollout`` (which answers ``task``)."""
+    def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
+        """One reward per sample of ``rollout``, which answered ``input`` (this peer's own)."""
 
     def score_state(self, state: GameState, stage: int | None = None) -> RoundRewards:
-        """Score every recorded rollout (own and swarm) of ``stage`` (all stages if None).
+        """Score every accepted rollout (own and swarm) of ``stage`` (all stages if None).
 
-        A peer's rollout for a task this peer does not know cannot be checked and is left out.
+        Scoring a peer's body is game code running on a stranger's data: if it raises, that
+        body is dropped for the round (and counted against its sender), never the peer.
+        Errors on this peer's own rollouts are bugs and propagate.
         """
-        scored, unknown = [], 0
+        scored = []
         for r in state.select(stage=stage):
-            task = state.tasks.get(r.task_id)
-            if task is None:
-                unknown += 1
+            try:
+                rewards = [float(x) for x in self.score(state.tasks[r.task_id], state.input_for(r), r)]
+                if len(rewards) != r.body.num_samples:
+                    raise ValueError(f"{type(self).__name__}.score gave {len(rewards)} rewards for {r.body.num_samples} samples")
+            except Exception as e:  # noqa: BLE001 - isolated per sender, see docstring
+                if r.peer_id == state.peer_id:
+                    raise
+                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}"))
+                log.warning("%s: scoring %s's body failed (%s); dropped", state.peer_id, r.peer_id, e)
                 continue
-            rewards = self.score(task, r)
-            if len(rewards) != len(r.completions):
-                raise ValueError(
-                    f"{type(self).__name__}.score gave {len(rewards)} rewards for {len(r.completions)} completions"
-                )
-            scored.append(ScoredRollout(r, tuple(float(x) for x in rewards)))
-        return RoundRewards(tuple(scored), unknown)
+            scored.append(ScoredRollout(r, tuple(rewards)))
+        return RoundRewards(state.round, tuple(scored))
 
 
-class Trainer(ABC):
-    """Owns the policy: generates completions and updates the policy from rewards."""
+@dataclass(frozen=True)
+class Weights:
+    """A policy's parameters at ``version``. ``state`` is whatever the policy's ``load_weights``
+    takes: a state dict, a pytree, or the shared module itself when both live in one process."""
+
+    version: int
+    state: Any
+
+
+class Policy(ABC):
+    """Acts: turns stage inputs into bodies of the game's body type."""
+
+    #: The body type this policy produces and accepts from peers (the codec decodes into it).
+    body_type: ClassVar[type[Body]] = Body
+    version: int = 0
 
     @abstractmethod
-    def generate(self, tasks: Sequence[Task], stage: int) -> list[list[str]]:
-        """Completions for each task (outer list aligned with ``tasks``)."""
+    def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
+        """One body per input, in order (``greedy``: the deterministic choice, for evaluation)."""
+
+    def check(self, body: Body, input: StageInput) -> str | None:
+        """Why a peer's body cannot be used by this policy (another tokenizer, an out-of-range
+        action, a budget), or None. Runs before the body is stored, scored or trained on."""
+        return None
+
+    def texts(self, body: Body) -> tuple[str, ...]:
+        """Text of each sample, derived by this peer (decoded with its own tokenizer); () for
+        bodies that are not text."""
+        return ()
 
     @abstractmethod
-    def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
-        """Update the policy; returns metrics to log. ``rewards`` covers the stage(s) just played."""
+    def load_weights(self, weights: Weights) -> None:
+        """Act with ``weights`` from now on (and report ``weights.version`` in bodies)."""
 
-    def evaluate(self, tasks: Sequence[Task], reward: RewardManager) -> dict[str, float]:
-        """Mean reward on held-out tasks (stage 0). Trainers may override, e.g. to decode greedily."""
-        if not tasks:
-            return {}
-        outputs = self.generate(tasks, stage=0)
-        total, count = 0.0, 0
-        for task, completions in zip(tasks, outputs):
-            rollout = Rollout("eval", 0, 0, task.id, task.prompt, tuple(completions))
-            rewards = reward.score(task, rollout)
-            total, count = total + sum(rewards), count + len(rewards)
-        return {"eval/reward": total / max(count, 1)}
+    def interrupt(self) -> None:
+        """Asked from another thread to make a running ``act`` stop soon (it may raise RunInterrupted)."""
 
     @abstractmethod
     def save(self, directory: Path) -> None:
-        """Write everything needed to continue training (weights, optimiser, RNG) into ``directory``."""
+        """Weights and sampling RNG into ``directory``."""
+
+    @abstractmethod
+    def load(self, directory: Path) -> None: ...
+
+
+class Learner(ABC):
+    """Updates the policy's weights from scored rollouts."""
+
+    @abstractmethod
+    def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
+        """One update from ``rewards`` (the stage(s) just played); returns metrics to log."""
+
+    @abstractmethod
+    def weights(self) -> Weights:
+        """The current weights and version, for the policy to load."""
+
+    @abstractmethod
+    def save(self, directory: Path) -> None:
+        """Optimizer state, step counters and RNG into ``directory``."""
 
     @abstractmethod
     def load(self, directory: Path) -> None: ...
@@ -101,7 +147,7 @@ class Trainer(ABC):
 class ExchangeResult:
     """Outcome of one exchange: who answered, who was dropped and why."""
 
-    received: dict[str, tuple[Rollout, ...]]  # peer id -> rollouts, this peer's own included
+    received: dict[str, tuple[Body, ...]]  # peer id -> bodies, this peer's own included
     dropped: dict[str, str] = field(default_factory=dict)  # sender -> reason
     expected: int | None = None  # peers the backend waited for, when it knows
 
@@ -112,23 +158,26 @@ class ExchangeResult:
 
 
 class Communication(ABC):
-    """Exchanges this peer's rollouts with the swarm for one (round, stage), under a deadline."""
+    """Exchanges this peer's bodies with the swarm for one (round, stage), under a deadline."""
 
     @property
     @abstractmethod
     def peer_id(self) -> str: ...
 
     @abstractmethod
-    def exchange(self, round: int, stage: int, rollouts: Sequence[Rollout], timeout: float) -> ExchangeResult:
-        """Send ``rollouts``; return what the swarm sent for the same (round, stage).
-
-        Must return by ``timeout`` seconds with whatever arrived; never raises on a peer's bad
-        or missing payload.
-        """
+    def exchange(
+        self, round: int, stage: int, bodies: Sequence[Body], timeout: float, body_type: type[Body] = Body
+    ) -> ExchangeResult:
+        """Send ``bodies``; return what the swarm sent for the same (round, stage), decoded as
+        ``body_type``. Returns by ``timeout`` seconds with whatever arrived; never raises on a
+        peer's bad or missing payload."""
 
     def swarm_round(self) -> int:
         """The highest round the swarm is known to play (0 if the backend cannot tell)."""
         return 0
+
+    def interrupt(self) -> None:
+        """Asked from another thread to end a waiting exchange now (Ctrl-C)."""
 
     def close(self) -> None:
         """Release sockets, daemons and process groups."""
@@ -158,3 +207,7 @@ class Coordinator(ABC):
     def standings(self) -> Mapping[str, float]:
         """Cumulative reward per peer, where the coordinator keeps it."""
         return {}
+
+    def restore(self, peer_id: str, cumulative_reward: float, wins: int) -> None:
+        """After ``--resume``: continue this peer's books from a checkpoint (coordinators that
+        keep them elsewhere, e.g. on chain, ignore this)."""

@@ -2,43 +2,85 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from genrl_swarm.core.types import Rollout, Task
+from genrl_swarm.core.bodies import Body
+from genrl_swarm.core.types import Drop, Rollout, StageInput, Task
+
+#: (body, the input this peer built for its task) -> a reason to refuse it, or None.
+Check = Callable[[Body, StageInput], "str | None"]
+#: body -> the text of each sample, derived by this peer (e.g. decoded with its own tokenizer).
+Derive = Callable[[Body], "tuple[str, ...]"]
 
 
 @dataclass
 class GameState:
     """The record of one round, queryable by stage, task and peer.
 
-    ``tasks`` holds the round's questions by id (the ground truth rewards are computed
-    against); ``inputs`` what this peer was prompted with in each stage; ``rollouts`` every
-    rollout recorded, this peer's own and the swarm's, in arrival order.
+    ``tasks`` holds the round's questions by id (with the ground truth, private to this peer);
+    ``inputs`` what this peer showed its policy in each stage, by task id; ``rollouts`` every
+    body accepted, this peer's own and the swarm's; ``drops`` every body refused, with why.
     """
 
     round: int
     peer_id: str
     tasks: dict[str, Task] = field(default_factory=dict)
-    inputs: dict[int, list[Task]] = field(default_factory=dict)
-    rollouts: list[Rollout] = field(default_factory=list)
+    inputs: dict[int, dict[str, StageInput]] = field(default_factory=dict)
+    rollouts: list[Rollout[Any]] = field(default_factory=list)
+    drops: list[Drop] = field(default_factory=list)
 
     def set_tasks(self, tasks: Iterable[Task]) -> None:
         self.tasks = {t.id: t for t in tasks}
 
-    def record(self, stage: int, inputs: Sequence[Task], by_peer: Mapping[str, Sequence[Rollout]]) -> None:
-        """Store a stage: the prompts shown locally and every peer's rollouts (own included)."""
-        self.inputs[stage] = list(inputs)
-        for peer in sorted(by_peer):  # sorted: the same order on every peer
-            self.rollouts.extend(r for r in by_peer[peer] if r.stage == stage)
+    def record(
+        self,
+        stage: int,
+        inputs: Sequence[StageInput],
+        received: Mapping[str, Sequence[Body]],
+        check: Check | None = None,
+        derive: Derive | None = None,
+    ) -> list[Drop]:
+        """Store a stage: the inputs shown locally, and each peer's bodies (own included) that
+        answer one of *those* inputs. A body for an unknown task, for an input other than the
+        one this peer built (by digest), a second body for one task, or one ``check`` refuses
+        is dropped with its reason; the others are kept with their derived text."""
+        self.inputs[stage] = {i.task_id: i for i in inputs}
+        dropped: list[Drop] = []
+        for peer in sorted(received):  # sorted: the same order on every peer
+            seen: set[str] = set()
+            for body in received[peer]:
+                reason = self._refusal(stage, body, seen, check)
+                if reason is not None:
+                    dropped.append(Drop(peer, stage, body.task_id, reason))
+                    continue
+                seen.add(body.task_id)
+                texts = derive(body) if derive is not None else ()
+                self.rollouts.append(Rollout(peer, self.round, stage, body, tuple(texts)))
+        self.drops.extend(dropped)
+        return dropped
+
+    def _refusal(self, stage: int, body: Body, seen: set[str], check: Check | None) -> str | None:
+        own = self.inputs[stage].get(body.task_id)
+        if own is None:
+            return f"task {body.task_id} is not one of this peer's stage-{stage} tasks"
+        if body.task_id in seen:
+            return f"a second body for task {body.task_id}"
+        if body.input_digest != own.digest:
+            return f"answers input {body.input_digest}, this peer built {own.digest} for task {body.task_id}"
+        return check(body, own) if check is not None else None
 
     @property
     def stages(self) -> list[int]:
         return sorted(self.inputs)
 
-    def select(
-        self, stage: int | None = None, task: str | None = None, peer: str | None = None
-    ) -> list[Rollout]:
+    def input_for(self, rollout: Rollout[Any]) -> StageInput:
+        """The input this peer built for the rollout's task and stage (what it is scored against)."""
+        return self.inputs[rollout.stage][rollout.task_id]
+
+    def select(self, stage: int | None = None, task: str | None = None, peer: str | None = None) -> list[Rollout[Any]]:
         return [
             r
             for r in self.rollouts
@@ -47,12 +89,15 @@ class GameState:
             and (peer is None or r.peer_id == peer)
         ]
 
-    def local(self, stage: int | None = None) -> list[Rollout]:
+    def local(self, stage: int | None = None) -> list[Rollout[Any]]:
         return self.select(stage=stage, peer=self.peer_id)
 
-    def swarm(self, stage: int | None = None) -> list[Rollout]:
+    def swarm(self, stage: int | None = None) -> list[Rollout[Any]]:
         """Rollouts of the other peers."""
         return [r for r in self.select(stage=stage) if r.peer_id != self.peer_id]
 
     def peers(self, stage: int | None = None) -> list[str]:
         return sorted({r.peer_id for r in self.select(stage=stage)})
+
+    def drops_by_peer(self) -> dict[str, int]:
+        return dict(sorted(Counter(d.peer_id for d in self.drops).items()))

@@ -1,18 +1,24 @@
-"""Frozen dataclasses that cross component and network boundaries.
+"""Frozen records that cross component boundaries on one peer.
 
-They are plain dataclasses (not dicts) so that every layer agrees on one shape, and so the
-codec can validate what a peer sent against the same declarations the loop uses.
+Two views of a question are kept apart on purpose:
+- ``Task`` is this peer's private record: the prompt *and* the ground truth rewards are scored
+  against. It never reaches the policy and never crosses the wire.
+- ``StageInput`` is what the policy sees in one stage: a prompt and public context, no answer.
+  Its ``digest`` is what a received rollout must name to be accepted: peers compare inputs by
+  hash, they never read each other's prompts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
-#: Version of the wire format. Bump it when a field of Rollout or Envelope changes meaning.
-FORMAT_VERSION = 1
+from genrl_swarm.core.bodies import Body
+
+#: Version of the wire format. Bump it when a body or the Envelope changes meaning.
+FORMAT_VERSION = 2
 
 
 def content_id(*parts: Any) -> str:
@@ -22,77 +28,82 @@ def content_id(*parts: Any) -> str:
 
 
 @dataclass(frozen=True)
-class Task:
-    """One question of a round.
+class StageInput:
+    """What the policy is shown for one task in one stage: the prompt and public context
+    (e.g. the arms on offer, the swarm's answers). Never the ground truth."""
 
-    ``id`` hashes the question (prompt, answer, metadata at creation), so peers that draw the
-    same question agree on its id without talking. Later stages show the *same* task with a
-    different prompt (``with_prompt``); the id stays, so every stage's rollouts can be scored
-    against the original question.
+    task_id: str
+    stage: int
+    prompt: str
+    context: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        """Hash of everything the policy saw; a rollout is accepted only for the same digest."""
+        return content_id(self.task_id, self.stage, self.prompt, self.context)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One question of a round, private to this peer.
+
+    ``id`` hashes the question (prompt, answer, metadata), so peers that draw the same question
+    agree on its id without talking. ``answer`` and ``metadata`` are for scoring only; ``public``
+    is the part of the metadata the policy may see. Tasks without a single answer leave
+    ``answer`` None and score from ``metadata`` (a verifier's inputs, a test suite, a seed).
     """
 
     id: str
     prompt: str
     answer: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    public: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, prompt: str, answer: str | None = None, **metadata: Any) -> Task:
-        return cls(content_id(prompt, answer, metadata), prompt, answer, dict(metadata))
+    def create(cls, prompt: str, answer: str | None = None, public: dict[str, Any] | None = None, **metadata: Any) -> Task:
+        public = dict(public or {})
+        return cls(content_id(prompt, answer, metadata, public), prompt, answer, dict(metadata), public)
 
-    def with_prompt(self, prompt: str, **metadata: Any) -> Task:
-        """The same question presented differently (a later stage); the id is kept."""
-        return replace(self, prompt=prompt, metadata={**self.metadata, **metadata})
+    def input(self, stage: int = 0, prompt: str | None = None, **context: Any) -> StageInput:
+        """The policy's view of this task in ``stage``: its public part, optionally a new prompt
+        (later stages) and more context built by this peer."""
+        return StageInput(self.id, stage, self.prompt if prompt is None else prompt, {**self.public, **context})
+
+
+BodyT = TypeVar("BodyT", bound=Body)
 
 
 @dataclass(frozen=True)
-class Rollout:
-    """What one peer produced for one task in one stage: several completions of one prompt."""
+class Rollout(Generic[BodyT]):
+    """A body this peer accepted, with where it came from and the text this peer derived from it
+    (one per sample, for display and scoring; empty for bodies that are not text)."""
 
     peer_id: str
     round: int
     stage: int
-    task_id: str
-    prompt: str
-    completions: tuple[str, ...]
-    metadata: dict[str, Any] = field(default_factory=dict)
+    body: BodyT
+    texts: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        # Also runs when the codec decodes a peer's payload: a ValueError here rejects it.
-        if self.round < 0 or self.stage < 0:
-            raise ValueError(f"round and stage must be >= 0, got {self.round}/{self.stage}")
-        if not self.completions:
-            raise ValueError("a rollout needs at least one completion")
+    @property
+    def task_id(self) -> str:
+        return self.body.task_id
 
 
 @dataclass(frozen=True)
-class Envelope:
-    """The unit on the wire: one peer's rollouts for one (round, stage)."""
+class Drop:
+    """A body this peer refused, and why (counted per sender)."""
 
-    version: int
-    sender: str
-    round: int
+    peer_id: str
     stage: int
-    body: tuple[Rollout, ...]
-
-    def __post_init__(self) -> None:
-        if self.version != FORMAT_VERSION:
-            raise ValueError(f"format version {self.version}, this peer speaks {FORMAT_VERSION}")
-        if self.round < 0 or self.stage < 0:
-            raise ValueError(f"round and stage must be >= 0, got {self.round}/{self.stage}")
-        for r in self.body:
-            if (r.peer_id, r.round, r.stage) != (self.sender, self.round, self.stage):
-                raise ValueError(
-                    f"rollout of {r.peer_id} r{r.round}/s{r.stage} inside envelope of "
-                    f"{self.sender} r{self.round}/s{self.stage}"
-                )
+    task_id: str | None
+    reason: str
 
 
 @dataclass(frozen=True)
 class ScoredRollout:
-    """A rollout with the rewards *this* peer computed for each of its completions."""
+    """A rollout with the rewards *this* peer computed for each of its samples."""
 
-    rollout: Rollout
+    rollout: Rollout[Any]
     rewards: tuple[float, ...]
 
     @property
@@ -100,19 +111,24 @@ class ScoredRollout:
         return sum(self.rewards) / len(self.rewards)
 
 
+def tie_break(round: int, peer: str) -> str:
+    """Per-round order among peers with equal reward: a hash every peer computes the same way,
+    so no peer id wins every tie."""
+    return hashlib.sha256(f"{round}:{peer}".encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class RoundRewards:
     """All locally computed rewards of a round, queryable by peer and stage."""
 
+    round: int
     scored: tuple[ScoredRollout, ...]
-    unscorable: int = 0  # rollouts whose task this peer does not know (another seed, a forgery)
 
     def select(self, peer: str | None = None, stage: int | None = None) -> list[ScoredRollout]:
         return [
             s
             for s in self.scored
-            if (peer is None or s.rollout.peer_id == peer)
-            and (stage is None or s.rollout.stage == stage)
+            if (peer is None or s.rollout.peer_id == peer) and (stage is None or s.rollout.stage == stage)
         ]
 
     def mean_by_peer(self, stage: int | None = None) -> dict[str, float]:
@@ -122,9 +138,9 @@ class RoundRewards:
         return {p: sum(v) / len(v) for p, v in sorted(sums.items())}
 
     def winners(self, top_k: int = 1) -> tuple[str, ...]:
-        """Peers with the highest mean reward (ties broken by id, so every peer agrees)."""
+        """Peers with the highest mean reward; ties broken by ``tie_break`` (the same on every peer)."""
         means = self.mean_by_peer()
-        ranked = sorted(means, key=lambda p: (-means[p], p))
+        ranked = sorted(means, key=lambda p: (-means[p], tie_break(self.round, p)))
         return tuple(ranked[:top_k])
 
 
@@ -137,3 +153,4 @@ class RoundResult:
     rewards: dict[str, float]  # mean reward per peer, computed locally
     winners: tuple[str, ...]
     metrics: dict[str, float] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)  # sender -> bodies refused this round

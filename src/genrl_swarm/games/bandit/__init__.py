@@ -1,5 +1,5 @@
-"""The swarm bandit game: see game.py (the template) and recipe.yaml."""
+"""The swarm bandit game: see game.py (the non-text template) and recipe.yaml."""
 
-from genrl_swarm.games.bandit.game import BanditData, BanditReward, SoftmaxPolicyTrainer
+from genrl_swarm.games.bandit.game import ArmPulls, BanditData, BanditReward, SoftmaxLearner, SoftmaxPolicy
 
-__all__ = ["BanditData", "BanditReward", "SoftmaxPolicyTrainer"]
+__all__ = ["ArmPulls", "BanditData", "BanditReward", "SoftmaxLearner", "SoftmaxPolicy"]

@@ -1,13 +1,17 @@
-"""Swarm bandit: the smallest complete game, and the template for writing your own.
+"""Swarm bandit: the smallest complete game, and the template for a game that is not text.
 
 Stage 0 ("propose"): for each task (a context of a contextual bandit) a peer samples arms
-from its softmax policy. Stage 1 ("pick"): the peer sees the arms the *whole swarm* proposed
-for that context and picks one of them. The reward of an arm is its payoff in the task's
-hidden payoff row, recomputed locally by every peer. Peers learn by policy gradient with
-group-normalised advantages, on their own and (optionally) on the swarm's rollouts: sharing
-means more samples per context, so a swarm learns faster than a lone peer.
+from its softmax policy. Stage 1 ("pick"): the peer is offered the arms the *whole swarm*
+proposed for that context and picks among them. The reward of an arm is its payoff in the
+task's hidden payoff row, recomputed locally by every peer. Peers learn by policy gradient
+with group-normalised advantages on their own and the swarm's pulls, importance-weighted by
+the sender's behaviour probabilities.
 
-Copy this file, change the three classes, point a recipe at them: that is a new game.
+What crosses the wire is a typed body (``ArmPulls``: arm indices and their log-probs), not
+text. The arms on offer in stage 1 are built by each peer from what *it* accepted; a peer's
+pick is scored against the offer this peer made, never against one the sender claims.
+
+Copy this file, change the body and the four classes, point a recipe at them: a new game.
 """
 
 from __future__ import annotations
@@ -17,10 +21,41 @@ import random
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated, Any
 
+import msgspec
 import numpy as np
 
-from genrl_swarm.core import DataManager, GameState, RewardManager, Rollout, RoundRewards, Task, Trainer
+from genrl_swarm.core import (
+    Body,
+    DataManager,
+    GameState,
+    Learner,
+    Policy,
+    RewardManager,
+    Rollout,
+    RoundRewards,
+    StageInput,
+    Task,
+    Weights,
+)
+
+
+class ArmPulls(Body, frozen=True, tag="arms"):
+    """The arms one peer pulled for one context, with the log-probability of each under the
+    policy that pulled it (``policy_version``)."""
+
+    arms: Annotated[tuple[Annotated[int, msgspec.Meta(ge=0, le=1 << 16)], ...], msgspec.Meta(min_length=1, max_length=256)]
+    logprobs: Annotated[tuple[float, ...], msgspec.Meta(max_length=256)]
+    policy_version: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+    def __post_init__(self) -> None:
+        if len(self.logprobs) != len(self.arms) or not all(-1e4 < lp <= 0.0 for lp in self.logprobs):
+            raise ValueError("need one finite log-prob <= 0 per arm")
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.arms)
 
 
 def payoff_table(num_contexts: int, num_arms: int, seed: int) -> list[list[float]]:
@@ -42,114 +77,129 @@ class BanditData(DataManager):
         self, num_contexts: int = 16, num_arms: int = 8, tasks_per_round: int = 4, seed: int = 0, game_seed: int = 7
     ) -> None:
         if not 0 < tasks_per_round <= num_contexts:
-            raise ValueError("need 0 < tasks_per_round <= num_contexts")
+            raise ValueError(f"need 0 < tasks_per_round <= num_contexts, got {tasks_per_round} and {num_contexts}")
         self.num_contexts, self.tasks_per_round, self.seed = num_contexts, tasks_per_round, seed
         self.payoffs = payoff_table(num_contexts, num_arms, game_seed)
 
     def _task(self, c: int) -> Task:
-        row = self.payoffs[c]
-        return Task.create(f"context {c}", answer=str(row.index(max(row))), context=c, payoffs=row)
+        row = self.payoffs[c]  # private: only the reward sees it
+        return Task.create(f"context {c}", answer=str(row.index(max(row))), public={"context": c}, payoffs=row)
 
     def round_tasks(self, round: int) -> list[Task]:
         rng = random.Random(f"{self.seed}/{round}")  # str seeds hash stably across processes
         return [self._task(c) for c in rng.sample(range(self.num_contexts), self.tasks_per_round)]
 
-    def stage_inputs(self, state: GameState, stage: int) -> list[Task]:
+    def stage_inputs(self, state: GameState, stage: int) -> list[StageInput]:
         if stage == 0:
-            return list(state.tasks.values())
+            return [t.input(0) for t in state.tasks.values()]
         inputs = []
         for task in state.tasks.values():
-            proposed = sorted({int(a) for r in state.select(stage=0, task=task.id) for a in r.completions})
-            inputs.append(task.with_prompt(f"{task.prompt} | options {','.join(map(str, proposed))}", options=proposed))
+            proposed = sorted({a for r in state.select(stage=0, task=task.id) for a in r.body.arms})
+            inputs.append(task.input(1, f"{task.prompt} | options {','.join(map(str, proposed))}", options=proposed))
         return inputs
 
     def eval_tasks(self) -> list[Task]:
         return [self._task(c) for c in range(self.num_contexts)]
 
 
-def offered_options(prompt: str) -> set[int] | None:
-    """Arms a stage-1 prompt offered (None for a stage-0 prompt, where every arm is allowed)."""
-    _, sep, tail = prompt.partition("| options ")
-    return {int(a) for a in tail.split(",") if a.strip().isdigit()} if sep else None
-
-
 class BanditReward(RewardManager):
-    """Payoff of the chosen arm; 0 for an unparsable arm or one that was not on offer."""
+    """Payoff of each pulled arm; 0 for an arm this peer did not offer (stage 1)."""
 
-    def score(self, task: Task, rollout: Rollout) -> list[float]:
-        payoffs, allowed = task.metadata["payoffs"], offered_options(rollout.prompt)
-        rewards = []
-        for completion in rollout.completions:
-            arm = int(completion) if completion.strip().isdigit() else -1
-            ok = 0 <= arm < len(payoffs) and (allowed is None or arm in allowed)
-            rewards.append(float(payoffs[arm]) if ok else 0.0)
-        return rewards
+    def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
+        payoffs, offered = task.metadata["payoffs"], input.context.get("options")
+        return [float(payoffs[a]) if a < len(payoffs) and (offered is None or a in offered) else 0.0 for a in rollout.body.arms]
 
 
-class SoftmaxPolicyTrainer(Trainer):
-    """A table of logits per (stage, context), trained by REINFORCE with group-normalised advantages."""
+class SoftmaxPolicy(Policy):
+    """A table of logits per (stage, context); stage 1 masks arms that were not offered."""
 
-    def __init__(
-        self,
-        num_contexts: int = 16,
-        num_arms: int = 8,
-        num_stages: int = 2,
-        num_generations: int = 4,
-        lr: float = 0.5,
-        use_swarm: bool = True,
-        seed: int = 0,
-    ) -> None:
-        self.num_generations, self.lr, self.use_swarm = num_generations, lr, use_swarm
+    body_type = ArmPulls
+
+    def __init__(self, num_contexts: int = 16, num_arms: int = 8, num_stages: int = 2, num_generations: int = 4, seed: int = 0) -> None:
+        self.num_generations = num_generations
         self.logits = np.zeros((num_stages, num_contexts, num_arms))
         self.rng = np.random.default_rng(seed)
+        self.version = 0
 
-    def _probs(self, stage: int, task: Task) -> np.ndarray:
-        logits = self.logits[stage, task.metadata["context"]].copy()
-        options = task.metadata.get("options") if stage > 0 else None
+    def probs(self, input: StageInput) -> np.ndarray:
+        logits = self.logits[input.stage, input.context["context"]].copy()
+        options = input.context.get("options")
         if options is not None:
             mask = np.full_like(logits, -np.inf)
-            mask[list(options)] = 0.0
+            mask[[o for o in options if o < len(logits)]] = 0.0
             logits = logits + mask
         z = np.exp(logits - logits.max())
         return np.asarray(z / z.sum())
 
-    def generate(self, tasks: Sequence[Task], stage: int) -> list[list[str]]:
-        outputs = []
-        for task in tasks:
-            probs = self._probs(stage, task)
-            arms = self.rng.choice(len(probs), size=self.num_generations, p=probs)
-            outputs.append([str(a) for a in arms])
-        return outputs
+    def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
+        bodies: list[Body] = []
+        for inp in inputs:
+            p = self.probs(inp)
+            arms = [int(p.argmax())] if greedy else self.rng.choice(len(p), size=self.num_generations, p=p).tolist()
+            logps = tuple(float(np.log(max(p[a], 1e-300))) for a in arms)
+            bodies.append(ArmPulls(inp.task_id, inp.digest, tuple(arms), logps, self.version))
+        return bodies
 
-    def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
-        groups: dict[tuple[int, str], list[tuple[int, float]]] = defaultdict(list)
-        for scored in rewards.scored:
-            r = scored.rollout
-            if r.peer_id != state.peer_id and not self.use_swarm:
-                continue
-            for completion, reward in zip(r.completions, scored.rewards):
-                if completion.isdigit() and int(completion) < self.logits.shape[2]:
-                    groups[(r.stage, r.task_id)].append((int(completion), reward))
-        samples = 0
-        for (stage, task_id), group in groups.items():
-            values = np.array([g[1] for g in group])
-            task = next((t for t in state.inputs.get(stage, []) if t.id == task_id), None)  # as shown here
-            if task is None or values.std() < 1e-8:
-                continue  # not shown to this peer, or no signal: every sample scored the same
-            probs = self._probs(stage, task)
-            grad = np.zeros_like(probs)
-            for (arm, _), adv in zip(group, (values - values.mean()) / values.std()):
-                if probs[arm] > 0:  # an arm a peer proposed outside this peer's options carries no gradient
-                    grad += adv * (np.eye(len(probs))[arm] - probs)
-                    samples += 1
-            self.logits[stage, task.metadata["context"]] += self.lr * grad / len(group)
-        return {"train/samples": float(samples), "train/groups": float(len(groups))}
+    def check(self, body: Body, input: StageInput) -> str | None:
+        assert isinstance(body, ArmPulls)
+        bad = [a for a in body.arms if a >= self.logits.shape[2]]
+        return f"arms {bad[:4]} out of range (this game has {self.logits.shape[2]})" if bad else None
+
+    def texts(self, body: Body) -> tuple[str, ...]:
+        assert isinstance(body, ArmPulls)
+        return tuple(f"arm {a}" for a in body.arms)
+
+    def load_weights(self, weights: Weights) -> None:
+        if weights.state is not self.logits:
+            self.logits = np.array(weights.state, dtype=float)
+        self.version = weights.version
 
     def save(self, directory: Path) -> None:
         np.save(directory / "logits.npy", self.logits)
-        (directory / "rng.json").write_text(json.dumps(self.rng.bit_generator.state))
+        (directory / "policy.json").write_text(json.dumps({"rng": self.rng.bit_generator.state, "version": self.version}))
 
     def load(self, directory: Path) -> None:
         self.logits = np.load(directory / "logits.npy")
-        self.rng.bit_generator.state = json.loads((directory / "rng.json").read_text())
+        saved = json.loads((directory / "policy.json").read_text())
+        self.rng.bit_generator.state, self.version = saved["rng"], saved["version"]
 
+
+class SoftmaxLearner(Learner):
+    """REINFORCE with group-normalised advantages per (stage, context). A pull is weighted by
+    min(p_local / p_behaviour, 2): the swarm's pulls came from other policies."""
+
+    def __init__(self, policy: SoftmaxPolicy, lr: float = 0.5, use_swarm: bool = True) -> None:
+        self.policy, self.lr, self.use_swarm = policy, lr, use_swarm
+
+    def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
+        groups: dict[tuple[int, str], list[tuple[int, float, float]]] = defaultdict(list)
+        for scored in rewards.scored:
+            r = scored.rollout
+            if self.use_swarm or r.peer_id == state.peer_id:
+                groups[(r.stage, r.task_id)].extend(zip(r.body.arms, scored.rewards, r.body.logprobs))
+        samples, weights = 0, []
+        for (stage, task_id), group in groups.items():
+            values = np.array([g[1] for g in group])
+            if values.std() < 1e-8:
+                continue  # no signal: every sample scored the same
+            inp = state.inputs[stage][task_id]  # as this peer built it
+            probs = self.policy.probs(inp)
+            grad = np.zeros_like(probs)
+            for (arm, _, behaviour), adv in zip(group, (values - values.mean()) / values.std()):
+                if probs[arm] > 0:  # an arm outside this peer's offer carries no gradient
+                    w = min(float(probs[arm]) / float(np.exp(behaviour)), 2.0)
+                    grad += w * adv * (np.eye(len(probs))[arm] - probs)
+                    samples, weights = samples + 1, [*weights, w]
+            self.policy.logits[stage, inp.context["context"]] += self.lr * grad / len(group)
+        self.policy.version += 1
+        mean_w = float(np.mean(weights)) if weights else 1.0
+        return {"train/samples": float(samples), "train/groups": float(len(groups)), "train/is_weight_mean": mean_w}
+
+    def weights(self) -> Weights:
+        return Weights(self.policy.version, self.policy.logits)
+
+    def save(self, directory: Path) -> None:
+        (directory / "learner.json").write_text(json.dumps({"lr": self.lr}))
+
+    def load(self, directory: Path) -> None:
+        self.lr = json.loads((directory / "learner.json").read_text())["lr"]

@@ -1,0 +1,217 @@
+"""Typed rollout bodies: what a peer's policy produced, as it crosses the wire.
+
+A game declares one body type (``Policy.body_type``); the codec decodes a peer's bytes straight
+into it, so a payload is shape-, dtype- and length-checked in the same step it is parsed.
+Bounds are static annotations (checked while decoding) plus ``__post_init__`` invariants
+(checked before the body reaches any game code). Numeric arrays travel as raw bytes with a
+declared dtype and shape, so decoding never allocates more than the payload itself.
+
+Bodies carry what the sender *produced* (token ids, actions, log-probs), never the inputs it
+claims to have seen: ``input_digest`` names the stage input, and the receiver compares it with
+the input it built itself. Text is derived from ids by the receiver, for display and scoring.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
+
+import msgspec
+
+#: Static ceilings; games enforce tighter, game-specific limits in ``Policy.check``.
+MAX_TOKENS = 1 << 16  # ids in one completion / one turn
+MAX_SAMPLES = 1024  # completions of one prompt
+MAX_TURNS = 256
+MAX_ARRAY_BYTES = 64 << 20
+MAX_DIMS = 6
+MAX_ID = (1 << 31) - 1
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+Digest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{24}$")]
+TokenId = Annotated[int, msgspec.Meta(ge=0, le=MAX_ID)]
+TokenIds = Annotated[tuple[TokenId, ...], msgspec.Meta(max_length=MAX_TOKENS)]
+LogProbs = Annotated[tuple[float, ...], msgspec.Meta(max_length=MAX_TOKENS)]
+Version = Annotated[int, msgspec.Meta(ge=0)]
+DType = Literal["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+ITEMSIZE: dict[str, int] = {
+    "bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "float32": 4, "float64": 8,
+}  # fmt: skip
+
+
+def _check_logprobs(values: tuple[float, ...], ids: tuple[int, ...], what: str) -> None:
+    if len(values) != len(ids):
+        raise ValueError(f"{what}: {len(values)} log-probs for {len(ids)} tokens")
+    for v in values:
+        if not (v <= 0.0 and math.isfinite(v)):  # also rejects NaN
+            raise ValueError(f"{what}: log-prob {v!r} is not a finite value <= 0")
+
+
+class Body(msgspec.Struct, frozen=True, tag=True, forbid_unknown_fields=True):
+    """Base of every body: which task it answers and which stage input it saw (by digest)."""
+
+    task_id: Id
+    input_digest: Digest
+
+    #: What one body holds several of, for rewards (completions of a prompt; one episode).
+    @property
+    def num_samples(self) -> int:
+        return 1
+
+
+# --------------------------------------------------------------------------- LM tokens
+class TokenSample(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One sampled completion: exactly the ids the policy emitted (EOS included when it stopped
+    on one), the behaviour log-prob of each under the sampling distribution, and why it ended."""
+
+    completion_ids: TokenIds
+    logprobs: LogProbs
+    finish_reason: Literal["stop", "length"]
+
+    def __post_init__(self) -> None:
+        _check_logprobs(self.logprobs, self.completion_ids, "completion")
+
+
+class TokenRollout(Body, frozen=True, tag="tokens"):
+    """Completions of one prompt by a language model, at the token level."""
+
+    prompt_ids: TokenIds
+    samples: Annotated[tuple[TokenSample, ...], msgspec.Meta(min_length=1, max_length=MAX_SAMPLES)]
+    policy_version: Version
+    tokenizer: Annotated[str, msgspec.Meta(max_length=64)]  # fingerprint: receivers with another drop it
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.samples)
+
+
+# --------------------------------------------------------------------------- tool episodes
+class Turn(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One message of an episode. Only ``assistant`` tokens were sampled by the policy: they
+    carry log-probs and are the only ones a learner trains on (the loss mask)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    token_ids: TokenIds
+    logprobs: LogProbs = ()
+
+    def __post_init__(self) -> None:
+        if self.role == "assistant":
+            _check_logprobs(self.logprobs, self.token_ids, "assistant turn")
+        elif self.logprobs:
+            raise ValueError(f"a {self.role} turn was not sampled and has no log-probs")
+
+
+class Episode(Body, frozen=True, tag="episode"):
+    """A multi-turn, tool-using episode as token ids per turn."""
+
+    turns: Annotated[tuple[Turn, ...], msgspec.Meta(min_length=1, max_length=MAX_TURNS)]
+    finish_reason: Literal["answer", "turn_limit", "token_limit", "error"]
+    policy_version: Version
+    tokenizer: Annotated[str, msgspec.Meta(max_length=64)]
+
+    def __post_init__(self) -> None:
+        if sum(len(t.token_ids) for t in self.turns) > MAX_TOKENS * 4:
+            raise ValueError("episode is longer than the token ceiling")
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [i for t in self.turns for i in t.token_ids]
+
+    @property
+    def loss_mask(self) -> list[bool]:
+        """True for tokens the model produced (trained on), False for prompt and tool tokens."""
+        return [t.role == "assistant" for t in self.turns for _ in t.token_ids]
+
+    @property
+    def logprobs(self) -> list[float]:
+        """Behaviour log-probs aligned with ``token_ids`` (0.0 where the mask is False)."""
+        return [lp for t in self.turns for lp in (t.logprobs if t.role == "assistant" else (0.0,) * len(t.token_ids))]
+
+
+# --------------------------------------------------------------------------- arrays / trajectories
+class Array(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A typed n-d array as raw little-endian bytes; the size is checked against dtype x shape
+    before anything reads it."""
+
+    dtype: DType
+    shape: Annotated[tuple[Annotated[int, msgspec.Meta(ge=0, le=MAX_ARRAY_BYTES)], ...], msgspec.Meta(max_length=MAX_DIMS)]
+    data: Annotated[bytes, msgspec.Meta(max_length=MAX_ARRAY_BYTES)]
+
+    def __post_init__(self) -> None:
+        expected = reduce(lambda a, b: a * b, self.shape, 1) * ITEMSIZE[self.dtype]
+        if expected != len(self.data):
+            raise ValueError(f"array of {self.dtype}{list(self.shape)} needs {expected} bytes, got {len(self.data)}")
+
+    @classmethod
+    def of(cls, value: Any) -> Array:
+        """From a numpy array (or anything ``numpy.asarray`` takes)."""
+        import numpy as np
+
+        a = np.ascontiguousarray(value)
+        if a.dtype.name not in ITEMSIZE:
+            raise ValueError(f"dtype {a.dtype} cannot be sent (use one of {sorted(ITEMSIZE)})")
+        return cls(a.dtype.name, tuple(int(d) for d in a.shape), a.astype(a.dtype.newbyteorder("<")).tobytes())  # type: ignore[arg-type]
+
+    def numpy(self) -> Any:
+        """A read-only numpy view of the bytes (no copy)."""
+        import numpy as np
+
+        return np.frombuffer(self.data, dtype=np.dtype(self.dtype).newbyteorder("<")).reshape(self.shape)
+
+
+class ArraySpec(msgspec.Struct, frozen=True):
+    """What one trajectory field must be: dtype and the shape of one step."""
+
+    dtype: DType
+    step_shape: tuple[int, ...] = ()
+
+
+class Trajectory(Body, frozen=True, tag="trajectory"):
+    """Per-step arrays of a multi-agent environment episode; every array's first dimension is
+    ``steps``. Optional fields are empty arrays when a policy does not produce them."""
+
+    steps: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
+    observations: Array
+    actions: Array
+    rewards: Array
+    dones: Array
+    action_masks: Array | None = None
+    logprobs: Array | None = None
+    values: Array | None = None
+    policy_version: Version = 0
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("observations", "actions", "rewards", "dones", "action_masks", "logprobs", "values")
+
+    def __post_init__(self) -> None:
+        for name in self.FIELDS:
+            array = getattr(self, name)
+            if array is not None and (not array.shape or array.shape[0] != self.steps):
+                raise ValueError(f"trajectory.{name}: first dimension {array.shape[:1]} is not steps={self.steps}")
+
+    def violations(self, spec: dict[str, ArraySpec]) -> str | None:
+        """The first way this trajectory differs from ``spec`` (field -> dtype/step shape), or None."""
+        for name in self.FIELDS:
+            array, want = getattr(self, name), spec.get(name)
+            if want is None:
+                if array is not None and name not in ("observations", "actions", "rewards", "dones"):
+                    return f"{name}: not declared by this game"
+                continue
+            if array is None:
+                return f"{name}: missing"
+            if array.dtype != want.dtype or tuple(array.shape[1:]) != tuple(want.step_shape):
+                return f"{name}: {array.dtype}{list(array.shape[1:])} per step, expected {want.dtype}{list(want.step_shape)}"
+        return None
+
+
+B = TypeVar("B", bound=Body)
+
+
+class Envelope(msgspec.Struct, Generic[B], frozen=True, forbid_unknown_fields=True):
+    """The unit on the wire: one peer's bodies for one (round, stage). Decoded as
+    ``Envelope[GameBody]``: a body of another type is a schema error, not a surprise later."""
+
+    version: int
+    sender: Id
+    round: Annotated[int, msgspec.Meta(ge=0)]
+    stage: Annotated[int, msgspec.Meta(ge=0, le=1024)]
+    bodies: Annotated[tuple[B, ...], msgspec.Meta(max_length=4096)]
