@@ -8,20 +8,20 @@ from typing import Any
 
 from genrl_swarm.comm.base import RawExchange
 from genrl_swarm.comm.torch_dist import TorchBackend
-from genrl_swarm.core import Task
-from genrl_swarm.games.bandit import SoftmaxPolicyTrainer
+from genrl_swarm.core import Body, StageInput
+from genrl_swarm.games.bandit import SoftmaxPolicy
 
 
-class SlowTrainer(SoftmaxPolicyTrainer):
-    """The bandit trainer, slowed so a test can act while a round is in flight."""
+class SlowPolicy(SoftmaxPolicy):
+    """The bandit policy, slowed so a test can act while a round is in flight."""
 
     def __init__(self, delay: float = 0.3, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.delay = delay
 
-    def generate(self, tasks: Sequence[Task], stage: int) -> list[list[str]]:
+    def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
         time.sleep(self.delay)
-        return super().generate(tasks, stage)
+        return super().act(inputs, stage, greedy)
 
 
 class CorruptingBackend(TorchBackend):

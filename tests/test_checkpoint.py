@@ -28,6 +28,24 @@ def test_resume_continues_at_next_round_and_matches_an_uninterrupted_run(bandit_
     assert {**rewards_by_round(first), **rewards_by_round(second)} == rewards_by_round(full)
     logged = [m["round"] for m in read_metrics(tmp_path / "split" / "peer-2" / "metrics.jsonl")]
     assert logged == [0, 1, 2, 3, 4, 5]
+    assert second.standings == pytest.approx(full.standings)  # cumulative rewards continue, not restart
+
+
+def test_resume_after_a_crash_past_the_checkpoint_logs_each_round_once(bandit_recipe, tmp_path: Path) -> None:
+    """Rounds 4-5 were played and logged after the round-3 checkpoint, then the run died: the
+    resumed run replays them, and metrics.jsonl keeps one row per round."""
+    run_recipe(bandit_recipe("game.max_rounds=6", "run.checkpoint_every=4", f"run.dir={tmp_path / 'r'}"))
+    checkpoints = tmp_path / "r" / "peer-0" / "checkpoints"
+    import shutil
+
+    shutil.rmtree(checkpoints / "round_000005")
+    (checkpoints / "latest").write_text("round_000003")
+    resumed = run_recipe(bandit_recipe("game.max_rounds=8", f"run.dir={tmp_path / 'r'}"), resume=True)
+    assert [r.round for r in resumed.results["peer-0"]] == [4, 5, 6, 7]
+    rows = read_metrics(tmp_path / "r" / "peer-0" / "metrics.jsonl")
+    assert [m["round"] for m in rows] == list(range(8))
+    cumulative = [m["reward/cumulative"] for m in rows]
+    assert cumulative == sorted(cumulative) and cumulative[4] > cumulative[3] > 0
 
 
 def test_resume_without_checkpoint_starts_at_zero(bandit_recipe) -> None:
@@ -43,16 +61,16 @@ class CrashingSave(RecordingGame):
 
 def test_crash_mid_write_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
     good = RecordingGame([])
-    save_checkpoint(tmp_path, 1, good, {})
+    save_checkpoint(tmp_path, 1, {"policy": good}, {})
     with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(tmp_path, 2, CrashingSave([]), {})
+        save_checkpoint(tmp_path, 2, {"policy": CrashingSave([])}, {})
     assert latest_checkpoint(tmp_path) == (1, tmp_path / "round_000001")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "round_000001"]
 
 
 def test_only_keep_newest(tmp_path: Path) -> None:
     for r in range(5):
-        save_checkpoint(tmp_path, r, RecordingGame([]), {}, keep=2)
+        save_checkpoint(tmp_path, r, {"policy": RecordingGame([])}, {}, keep=2)
     assert sorted(p.name for p in tmp_path.glob("round_*")) == ["round_000003", "round_000004"]
 
 

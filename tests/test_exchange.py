@@ -11,13 +11,13 @@ import pytest
 from genrl_swarm.comm import InMemoryBackend, InMemorySwarm, NullBackend
 from genrl_swarm.comm.codec import Codec
 from genrl_swarm.coord import LocalCoordinator
-from genrl_swarm.core import GameConfig, GameManager, Rollout
+from genrl_swarm.core import GameConfig, GameManager, Task
 
-from conftest import RecordingGame
+from conftest import Echo, RecordingGame, echo
 
 
-def rollout(peer: str, r: int = 0, s: int = 0) -> Rollout:
-    return Rollout(peer, r, s, "t", "p", ("x",))
+def rollout(peer: str, r: int = 0, s: int = 0, text: str = "x") -> Echo:
+    return echo(Task.create("q").input(s), text)
 
 
 def test_garbage_and_spoofed_payloads_are_dropped(caplog: pytest.LogCaptureFixture) -> None:
@@ -28,7 +28,7 @@ def test_garbage_and_spoofed_payloads_are_dropped(caplog: pytest.LogCaptureFixtu
     swarm.post(0, 0, "liar", Codec().encode("liar", 5, 0, [rollout("liar", r=5)]))  # wrong round
     swarm.post(0, 0, "honest", Codec().encode("honest", 0, 0, [rollout("honest")]))
     with caplog.at_level(logging.WARNING):
-        result = me.exchange(0, 0, [rollout("me")], timeout=1.0)
+        result = me.exchange(0, 0, [rollout("me")], timeout=1.0, body_type=Echo)
     assert sorted(result.received) == ["honest", "me"]
     assert sorted(result.dropped) == ["garbage", "liar", "spoofer"]
     assert me.dropped_total == 3
@@ -48,7 +48,7 @@ def test_oversized_own_payload_is_refused_before_sending() -> None:
     swarm = InMemorySwarm()
     a = InMemoryBackend(swarm, "a", max_bytes=64)
     with pytest.raises(ValueError, match="over the limit"):
-        a.exchange(0, 0, [Rollout("a", 0, 0, "t", "p" * 100, ("x",))], timeout=0.1)
+        a.exchange(0, 0, [rollout("a", text="p" * 100)], timeout=0.1)
     assert not swarm.collect(0, 0, timeout=0)
 
 
@@ -78,7 +78,7 @@ def test_round_goes_on_with_a_bad_peer_in_the_swarm() -> None:
     def play(comm: InMemoryBackend) -> None:
         game = RecordingGame([])
         cfg = GameConfig(num_stages=2, max_rounds=3, exchange_timeout=5)
-        results[comm.peer_id] = GameManager(game, game, game, comm, LocalCoordinator(), cfg).run()
+        results[comm.peer_id] = GameManager(game, game, game, game, comm, LocalCoordinator(), cfg).run()
 
     threads = [threading.Thread(target=play, args=(c,)) for c in comms]
     for t in threads:
@@ -90,7 +90,16 @@ def test_round_goes_on_with_a_bad_peer_in_the_swarm() -> None:
     for rounds in results.values():
         assert [r.round for r in rounds] == [0, 1, 2]
         assert all(sorted(r.rewards) == ["peer-0", "peer-1"] for r in rounds)
-        assert all(r.metrics["swarm/dropped_s0"] == 1 for r in rounds)
+        assert all(r.metrics["swarm/dropped_s0"] == 1 and r.dropped == {"vandal": 2} for r in rounds)
+
+
+def test_interrupt_ends_a_waiting_exchange_at_once() -> None:
+    swarm = InMemorySwarm()
+    a, _silent = InMemoryBackend(swarm, "a"), InMemoryBackend(swarm, "silent")
+    threading.Timer(0.2, a.interrupt).start()
+    start = time.monotonic()
+    a.exchange(0, 0, [rollout("a")], timeout=30)
+    assert time.monotonic() - start < 2
 
 
 def test_null_backend_is_a_swarm_of_one() -> None:

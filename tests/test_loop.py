@@ -10,7 +10,7 @@ from genrl_swarm.comm import InMemoryBackend, NullBackend
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import GameConfig, GameManager, Hooks
 
-from conftest import RecordingGame
+from conftest import RecordingGame, echo
 
 
 def manager(log: list[str], **config: object) -> tuple[GameManager, RecordingGame]:
@@ -22,7 +22,7 @@ def manager(log: list[str], **config: object) -> tuple[GameManager, RecordingGam
         after_game=[lambda m, results: log.append(f"after_game {len(results)}")],
     )
     cfg = GameConfig(**config)  # type: ignore[arg-type]
-    return GameManager(game, game, game, NullBackend(), LocalCoordinator(), cfg, hooks), game
+    return GameManager(game, game, game, game, NullBackend(), LocalCoordinator(), cfg, hooks), game
 
 
 def test_round_order_and_hooks() -> None:
@@ -31,8 +31,8 @@ def test_round_order_and_hooks() -> None:
     m.run()
     assert log == [
         "tasks r0",
-        "inputs s0", "generate s0", "after_stage s0 got 1 of 1",
-        "inputs s1", "generate s1", "after_stage s1 got 1 of 1",
+        "inputs s0", "act s0", "after_stage s0 got 1 of 1",
+        "inputs s1", "act s1", "after_stage s1 got 1 of 1",
         "after_rewards 4",  # 2 tasks x 2 stages, own rollouts
         "train s0,s1",
         "after_round r0",
@@ -88,16 +88,48 @@ def test_peer_behind_catches_up_to_coordinator_round() -> None:
     assert [r.round for r in results] == [4, 5]
 
 
-def test_generate_must_answer_every_task() -> None:
+def test_act_must_answer_every_input() -> None:
     m, game = manager([], max_rounds=1)
-    game.generate = lambda tasks, stage: [["a"]]  # type: ignore[method-assign]
-    with pytest.raises(ValueError, match="1 outputs for 2 tasks"):
+    game.act = lambda inputs, stage, greedy=False: [echo(inputs[0], "a")]  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match="1 bodies for 2 inputs"):
         m.run()
 
 
-def test_bad_game_config_is_refused() -> None:
-    with pytest.raises(ValueError):
-        GameConfig(num_stages=0)
+@pytest.mark.parametrize("field, value, rule", [("num_stages", 0, ">= 1"), ("max_rounds", -1, ">= 0"), ("exchange_timeout", 0, "> 0")])
+def test_bad_game_config_names_the_field(field: str, value: object, rule: str) -> None:
+    with pytest.raises(ValueError, match=f"^{field} must be {rule}, got {value}$"):
+        GameConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_policy_never_sees_the_ground_truth() -> None:
+    m, game = manager([], num_stages=2, max_rounds=1)
+    m.run()
+    assert game.seen_inputs and all("secret" not in i.context and "a" != i.prompt for i in game.seen_inputs)
+    assert all(not hasattr(i, "answer") for i in game.seen_inputs)
+
+
+def test_learner_weights_reach_the_policy_and_version_counts_updates() -> None:
+    m, game = manager([], max_rounds=3)
+    loaded: list[int] = []
+    game.load_weights = lambda w: loaded.append(w.version)  # type: ignore[method-assign]
+    m.run()
+    assert loaded == [1, 2, 3]
+
+
+def test_catch_up_jump_is_logged_with_the_rounds_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    m, _ = manager([], max_rounds=10)
+    m.coordinator.finish_round(6)
+    with caplog.at_level("WARNING"):
+        results = m.run()
+    assert [r.round for r in results] == [7, 8, 9]
+    assert "jumps from round 0 to 7, skipping rounds 0-6" in caplog.text
+
+
+def test_stop_from_another_thread_ends_the_run_between_rounds() -> None:
+    m, game = manager([], max_rounds=10_000)
+    m.hooks.after_round.append(lambda mgr, res: mgr.stop() if res.round == 2 else None)
+    results = m.run()
+    assert [r.round for r in results] == [0, 1, 2] and m.interrupted
 
 
 def test_every_peer_sees_every_peer_each_stage() -> None:
@@ -108,7 +140,7 @@ def test_every_peer_sees_every_peer_each_stage() -> None:
     def play(comm: InMemoryBackend) -> None:
         game = RecordingGame([])
         hooks = Hooks(after_stage=[lambda m, st, s, ex: seen.append((m.peer_id, s, st.peers(s)))])
-        GameManager(game, game, game, comm, coordinator, GameConfig(num_stages=2, max_rounds=2), hooks).run()
+        GameManager(game, game, game, game, comm, coordinator, GameConfig(num_stages=2, max_rounds=2), hooks).run()
 
     threads = [threading.Thread(target=play, args=(c,)) for c in comms]
     for t in threads:

@@ -49,3 +49,12 @@ class LocalCoordinator(Coordinator):
     def standings(self) -> Mapping[str, float]:
         with self._lock:
             return dict(self.rewards)
+
+    def tally(self, peer_id: str) -> tuple[float, int]:
+        with self._lock:
+            return self.rewards.get(peer_id, 0.0), self.wins.get(peer_id, 0)
+
+    def restore(self, peer_id: str, cumulative_reward: float, wins: int) -> None:
+        with self._lock:
+            self.rewards[peer_id] = cumulative_reward
+            self.wins[peer_id] = wins

@@ -208,6 +208,10 @@ class Coordinator(ABC):
         """Cumulative reward per peer, where the coordinator keeps it."""
         return {}
 
+    def tally(self, peer_id: str) -> tuple[float, int]:
+        """This peer's cumulative reward and wins, as checkpoints save them."""
+        return float(self.standings().get(peer_id, 0.0)), 0
+
     def restore(self, peer_id: str, cumulative_reward: float, wins: int) -> None:
         """After ``--resume``: continue this peer's books from a checkpoint (coordinators that
         keep them elsewhere, e.g. on chain, ignore this)."""

@@ -12,11 +12,16 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
-
-from genrl_swarm.core.interfaces import Trainer
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 STATE_FILE = "state.json"
+
+
+class Saveable(Protocol):
+    def save(self, directory: Path) -> None: ...
+
+    def load(self, directory: Path) -> None: ...
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -28,13 +33,16 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(root: Path, round: int, trainer: Trainer, info: dict[str, Any], keep: int = 3) -> Path:
-    """Save the trainer after ``round``; returns the checkpoint directory."""
+def save_checkpoint(root: Path, round: int, parts: Mapping[str, Saveable], info: dict[str, Any], keep: int = 3) -> Path:
+    """Save each part (policy, learner) into its own subdirectory after ``round``, with ``info``
+    (the peer's books) in state.json; returns the checkpoint directory."""
     root.mkdir(parents=True, exist_ok=True)
     name = f"round_{round:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
     try:
-        trainer.save(tmp)
+        for name, part in parts.items():
+            (tmp / name).mkdir()
+            part.save(tmp / name)
         write_atomic(tmp / STATE_FILE, json.dumps({"round": round, **info}))
         final = root / name
         if final.exists():
@@ -47,6 +55,14 @@ def save_checkpoint(root: Path, round: int, trainer: Trainer, info: dict[str, An
     for old in sorted(p for p in root.glob("round_*") if (p / STATE_FILE).is_file())[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def load_checkpoint(directory: Path, parts: Mapping[str, Saveable]) -> dict[str, Any]:
+    """Restore each part from ``directory``; returns the saved state.json (round and books)."""
+    for name, part in parts.items():
+        part.load(directory / name)
+    state: dict[str, Any] = json.loads((directory / STATE_FILE).read_text())
+    return state
 
 
 def latest_checkpoint(root: Path) -> tuple[int, Path] | None:

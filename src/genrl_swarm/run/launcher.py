@@ -1,37 +1,31 @@
-"""From a recipe to running peers: check, build, resume, run, report.
+"""From a recipe to running peers: check, build, resume, run, stop, report.
 
-A process hosts one peer (torch.distributed, hivemind) or several in threads (in-memory).
-Each peer gets its own components, seeds (``${peer.seed}``) and output directory.
+A process hosts one peer (torch.distributed, hivemind) or several (in-memory); each peer runs
+in its own thread so the main thread stays free to turn Ctrl-C into an orderly stop. Each peer
+gets its own components, seeds (``${peer.seed}``) and output directory.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from omegaconf import DictConfig
 
 from genrl_swarm.comm.base import ByteBackend
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.comm.torch_dist import TorchBackend, under_torchrun
-from genrl_swarm.config import (
-    RecipeError,
-    RunConfig,
-    SwarmConfig,
-    import_target,
-    instantiate,
-    resolve,
-    section_obj,
-    validate,
-)
+from genrl_swarm.comm.torch_dist import under_torchrun
+from genrl_swarm.config import RecipeError, RunConfig, SwarmConfig, import_target, instantiate, resolve, section, validate
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
 from genrl_swarm.core.interfaces import Communication, Coordinator
 from genrl_swarm.core.types import RoundResult
-from genrl_swarm.run.checkpoint import latest_checkpoint, save_checkpoint
+from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from genrl_swarm.run.console import ConsoleTable
 from genrl_swarm.run.metrics import MetricsLogger
 from genrl_swarm.run.plot import plot_rewards
@@ -39,10 +33,10 @@ from genrl_swarm.run.plot import plot_rewards
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class Checkpointer:
-    """``after_round`` hook: save every ``every`` rounds and after the last one."""
+    """``after_round`` hook: save policy, learner and the peer's books every ``every`` rounds
+    and after the last one."""
 
     directory: Path
     every: int
@@ -52,7 +46,16 @@ class Checkpointer:
     def __call__(self, manager: GameManager, result: RoundResult) -> None:
         last = result.round == self.max_rounds - 1
         if last or (self.every > 0 and (result.round + 1) % self.every == 0):
-            save_checkpoint(self.directory, result.round, manager.trainer, {"peer": result.peer_id}, self.keep)
+            save_checkpoint(self.directory, result.round, parts(manager), books(manager), self.keep)
+
+
+def parts(manager: GameManager) -> dict[str, Any]:
+    return {"policy": manager.policy} | ({"learner": manager.learner} if manager.learner is not None else {})
+
+
+def books(manager: GameManager) -> dict[str, Any]:
+    reward, wins = manager.coordinator.tally(manager.peer_id)
+    return {"peer": manager.peer_id, "cumulative_reward": reward, "wins": wins}
 
 
 @dataclass
@@ -61,29 +64,28 @@ class RunSummary:
     results: dict[str, list[RoundResult]] = field(default_factory=dict)
     standings: dict[str, float] = field(default_factory=dict)
     plot: Path | None = None
+    interrupted: bool = False
 
 
 def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None) -> tuple[list[GameManager], RunConfig]:
     """Check the whole recipe, then build one GameManager per peer hosted here."""
     spec = resolve(cfg, rank=0)
     validate(spec)
-    game: GameConfig = section_obj(GameConfig, spec["game"], "game")
-    swarm: SwarmConfig = section_obj(SwarmConfig, spec["swarm"], "swarm")
-    run: RunConfig = section_obj(RunConfig, spec["run"], "run")
-    comm_cls = import_target(spec["communication"]["_target_"], "communication")
-    if under_torchrun() and getattr(comm_cls, "in_process", False):
-        log.info("torchrun environment detected: using the torch.distributed backend, one peer per rank")
-        kept = {k: v for k, v in spec["communication"].items() if k == "max_bytes"}
-        spec["communication"], swarm.num_peers, comm_cls = {"_target_": "genrl_swarm.comm.torch_dist.TorchBackend", **kept}, 1, TorchBackend
+    game: GameConfig = section(GameConfig, spec["game"], "game")
+    swarm: SwarmConfig = section(SwarmConfig, spec["swarm"], "swarm")
+    run: RunConfig = section(RunConfig, spec["run"], "run")
+    comm_cls = import_target(spec["communication"]["_target_"], "communication._target_")
     if not (isinstance(comm_cls, type) and issubclass(comm_cls, ByteBackend)):
         raise RecipeError("communication._target_: must name a ByteBackend subclass")
-    comm_kwargs = instantiate({k: v for k, v in spec["communication"].items() if k != "_target_"})
+    if under_torchrun() and comm_cls.in_process:
+        raise RecipeError(f"communication: {comm_cls.__name__} keeps the swarm inside one process, but this is a torchrun rank: pass communication=torch (scripts/train.sh does)")
+    comm_kwargs = {k: v for k, v in spec["communication"].items() if k != "_target_"}
     comms = comm_cls.spawn(swarm.num_peers, **comm_kwargs)
     for comm in comms:
         if hasattr(comm, "visible_maddrs"):
             print(f"peer {comm.peer_id} is up; others join with: --initial-peers {comm.visible_maddrs()[0]}", file=stream, flush=True)
-    coord_cls = import_target(spec["coordinator"]["_target_"], "coordinator")
-    shared = instantiate(spec["coordinator"]) if getattr(coord_cls, "shared_per_process", True) else None
+    coord_cls = import_target(spec["coordinator"]["_target_"], "coordinator._target_")
+    shared = instantiate(spec["coordinator"], "coordinator") if getattr(coord_cls, "shared_per_process", True) else None
     table = ConsoleTable([c.peer_id for c in comms], game.max_rounds, stream) if run.console else None
     managers = []
     for i, comm in enumerate(comms):
@@ -102,27 +104,30 @@ def _build_peer(
     resume: bool,
 ) -> GameManager:
     spec = resolve(cfg, rank)
-    coordinator: Coordinator = shared or instantiate(spec["coordinator"])  # per peer: its own account
+    coordinator: Coordinator = shared or instantiate(spec["coordinator"], "coordinator")  # per peer: its own account
     directory = Path(run.dir) / comm.peer_id
-    data, reward, trainer = (instantiate(spec[k]) for k in ("data", "reward", "trainer"))
-    start = 0
+    data, reward, policy = (instantiate(spec[k], k) for k in ("data", "reward", "policy"))
+    learner = instantiate(spec["learner"], "learner", policy=policy) if spec.get("learner") else None
+    manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks())
     checkpoint = latest_checkpoint(directory / "checkpoints") if resume else None
     if checkpoint is not None:
-        trainer.load(checkpoint[1])
-        start = checkpoint[0] + 1
-        log.info("%s resumes from %s at round %d", comm.peer_id, checkpoint[1], start)
+        saved = load_checkpoint(checkpoint[1], parts(manager))
+        coordinator.register(comm.peer_id)
+        coordinator.restore(comm.peer_id, float(saved.get("cumulative_reward", 0.0)), int(saved.get("wins", 0)))
+        manager.start_round = checkpoint[0] + 1
+        log.info("%s resumes from %s at round %d (cumulative reward %.3f)", comm.peer_id, checkpoint[1], manager.start_round, saved.get("cumulative_reward", 0.0))
     elif resume:
         log.info("%s: no checkpoint in %s, starting at round 0", comm.peer_id, directory / "checkpoints")
-    hooks = Hooks()
-    hooks.after_round.append(MetricsLogger(directory, run.tensorboard))
-    hooks.after_round.append(Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds))
+    manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round))
+    manager.hooks.after_round.append(Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds))
     if table is not None:
-        hooks.after_round.append(table)
-    return GameManager(data, reward, trainer, comm, coordinator, game, hooks, start_round=start)
+        manager.hooks.after_round.append(table)
+    return manager
 
 
-def run_managers(managers: Sequence[GameManager]) -> dict[str, list[RoundResult]]:
-    """Run the peers of this process (threads when there are several); re-raise a peer's error."""
+def run_managers(managers: Sequence[GameManager], stream: TextIO | None = None) -> dict[str, list[RoundResult]]:
+    """Run each peer in a thread; Ctrl-C asks every peer to stop (a second one exits at once).
+    Re-raise a peer's error after the others stopped."""
     results: dict[str, list[RoundResult]] = {}
     errors: dict[str, BaseException] = {}
 
@@ -132,32 +137,47 @@ def run_managers(managers: Sequence[GameManager]) -> dict[str, list[RoundResult]
         except BaseException as e:  # noqa: BLE001 - re-raised below, after the other peers stop
             errors[m.peer_id] = e
             log.error("peer %s failed: %s", m.peer_id, e)
+            for other in managers:  # one failed peer must not leave the others waiting on it
+                other.stop()
         finally:
             m.comm.close()  # a dead peer leaves the swarm, so nobody waits on it
             for hook in m.hooks.after_round:
                 if isinstance(hook, MetricsLogger):
                     hook.close()
 
-    if len(managers) == 1:
-        play(managers[0])
-    else:
-        threads = [threading.Thread(target=play, args=(m,), name=m.peer_id) for m in managers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    threads = [threading.Thread(target=play, args=(m,), name=m.peer_id, daemon=True) for m in managers]
+    for t in threads:
+        t.start()
+    try:
+        _join(threads)
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping every peer (press Ctrl-C again to quit at once)", file=stream or sys.stderr, flush=True)
+        for m in managers:
+            m.stop()
+        try:
+            _join(threads)
+        except KeyboardInterrupt:
+            print("quit without waiting for the peers", file=stream or sys.stderr, flush=True)
+            os._exit(130)
     if errors:
         peer, error = next(iter(errors.items()))
-        if isinstance(error, SwarmFailure):
+        if isinstance(error, (SwarmFailure, RecipeError)):
             raise error
-        raise RuntimeError(f"peer {peer} failed: {error}") from error
+        raise RuntimeError(f"peer {peer} failed: {type(error).__name__}: {error}") from error
     return results
+
+
+def _join(threads: Sequence[threading.Thread]) -> None:
+    """Join with a short timeout so the main thread sees KeyboardInterrupt promptly."""
+    for t in threads:
+        while t.is_alive():
+            t.join(0.2)
 
 
 def run_recipe(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None) -> RunSummary:
     managers, run = build_managers(cfg, resume, stream)
-    results = run_managers(managers)
+    results = run_managers(managers, stream)
     first_rank = getattr(managers[0].comm, "rank", 0) == 0  # under torchrun one rank draws, not all at once
     plot = plot_rewards(Path(run.dir)) if run.plot and first_rank else None
-    return RunSummary(Path(run.dir), results, dict(managers[0].coordinator.standings()), plot)
-
+    interrupted = any(m.interrupted for m in managers)
+    return RunSummary(Path(run.dir), results, dict(managers[0].coordinator.standings()), plot, interrupted)

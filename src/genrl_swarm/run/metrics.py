@@ -20,19 +20,29 @@ def flatten(result: RoundResult) -> dict[str, float]:
 
 
 class MetricsLogger:
-    """An ``after_round`` hook; one per peer, in ``<run dir>/<peer id>/``."""
+    """An ``after_round`` hook; one per peer, in ``<run dir>/<peer id>/``.
 
-    def __init__(self, directory: Path, tensorboard: bool = True) -> None:
+    ``start_round`` is the first round this run will play: rows of later rounds (played after
+    the checkpoint a resumed run starts from, or by an earlier run in the same directory) are
+    removed, so every round appears once; TensorBoard purges the same steps.
+    """
+
+    def __init__(self, directory: Path, tensorboard: bool = True, start_round: int = 0) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "metrics.jsonl"
+        if self.path.exists():
+            kept = [row for row in read_metrics(self.path) if row.get("round", -1) < start_round]
+            self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
         self._writer: Any = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # heavy import, only when asked
 
-            self._writer = SummaryWriter(str(directory / "tb"))
+            self._writer = SummaryWriter(str(directory / "tb"), purge_step=start_round)
 
     def __call__(self, manager: GameManager, result: RoundResult) -> None:
         scalars = flatten(result)
+        scalars["reward/cumulative"], scalars["wins"] = manager.coordinator.tally(result.peer_id)
+        scalars |= {f"dropped/{p}": float(n) for p, n in result.dropped.items()}
         record = {"round": result.round, "peer": result.peer_id, "winners": list(result.winners), **scalars}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
@@ -47,4 +57,11 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Rows of a metrics.jsonl; a line cut short by a crash mid-write is skipped."""
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows

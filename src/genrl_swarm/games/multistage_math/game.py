@@ -4,28 +4,32 @@ Stage 0: each peer answers the question. Stage 1: it sees every peer's answer as
 "Student #k: ..." and picks the best ("Choice: Student #k"). Stage 2: it sees the answers
 and the swarm's choices and gives a final answer. Each stage has its own reward, recomputed
 locally from the question's ground truth.
+
+This is the template for a text game. The listing of students and the votes are built by
+*this* peer from the completions it accepted (text it decoded itself) and kept in the stage
+input's context; a stage-1 pick is scored against that listing, never against a prompt a
+sender claims to have seen (a sender whose input differs is dropped before scoring).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from genrl_swarm.core import DataManager, GameState, RewardManager, Rollout, Task
+from genrl_swarm.core import DataManager, GameState, RewardManager, Rollout, StageInput, Task
 from genrl_swarm.data.reasoning_gym import ReasoningGymData
 from genrl_swarm.lm.answers import extract_answer
 from genrl_swarm.rewards.reasoning import accuracy
 
 MATH_DATASETS = ("basic_arithmetic", "chain_sum", "decimal_arithmetic", "fraction_simplification", "simple_equations")
-_STUDENT_LINE = re.compile(r"^Student #(\d+): (.*)$", re.MULTILINE)
 _CHOICE = re.compile(r"Choice:\s*Student\s*#\s*(\d+)", re.IGNORECASE)
 
 
-def consensus(rollout: Rollout) -> str:
+def consensus(rollout: Rollout[Any]) -> str:
     """A peer's answer: the most common extracted answer among its completions."""
-    answers = [a for a in (extract_answer(c) for c in rollout.completions) if a]
+    answers = [a for a in (extract_answer(c) for c in rollout.texts) if a]
     return Counter(answers).most_common(1)[0][0].replace("\n", " ") if answers else "(no answer)"
 
 
@@ -46,40 +50,43 @@ class MultistageMathData(DataManager):
     def eval_tasks(self) -> list[Task]:
         return self.source.eval_tasks()
 
-    def stage_inputs(self, state: GameState, stage: int) -> list[Task]:
+    def stage_inputs(self, state: GameState, stage: int) -> list[StageInput]:
         if stage == 0:
-            return list(state.tasks.values())
+            return [t.input(0) for t in state.tasks.values()]
+        if stage not in (1, 2):
+            raise ValueError(f"multistage_math has stages 0-2, not {stage}")
         out = []
         for task in state.tasks.values():
-            listing = "\n".join(f"Student #{k}: {a}" for k, a in enumerate(students(state, task.id), 1))
+            answers = students(state, task.id)
+            listing = "\n".join(f"Student #{k}: {a}" for k, a in enumerate(answers, 1))
             if stage == 1:
                 ask = 'Which student answered correctly? Reply with "Choice: Student #k".'
-                out.append(task.with_prompt(f"{task.prompt}\n\nAnswers from the swarm:\n{listing}\n\n{ask}"))
-            elif stage == 2:
-                votes = Counter(m.group(1) for r in state.select(stage=1, task=task.id) for c in r.completions for m in _CHOICE.finditer(c))
-                critique = ", ".join(f"Student #{k}: {n} votes" for k, n in votes.most_common()) or "no votes"
-                ask = "Considering the answers and the votes, give your final answer in <answer></answer> tags."
-                out.append(task.with_prompt(f"{task.prompt}\n\nAnswers from the swarm:\n{listing}\n\nThe swarm's votes: {critique}\n\n{ask}"))
-            else:
-                raise ValueError(f"multistage_math has stages 0-2, not {stage}")
+                out.append(task.input(1, f"{task.prompt}\n\nAnswers from the swarm:\n{listing}\n\n{ask}", students=answers))
+                continue
+            votes = Counter(m.group(1) for r in state.select(stage=1, task=task.id) for c in r.texts for m in _CHOICE.finditer(c))
+            critique = ", ".join(f"Student #{k}: {n} votes" for k, n in votes.most_common()) or "no votes"
+            ask = "Considering the answers and the votes, give your final answer in <answer></answer> tags."
+            prompt = f"{task.prompt}\n\nAnswers from the swarm:\n{listing}\n\nThe swarm's votes: {critique}\n\n{ask}"
+            out.append(task.input(2, prompt, students=answers, votes=dict(votes)))
         return out
 
 
 class MultistageReward(RewardManager):
-    """Stage 0 and 2: accuracy of the answer. Stage 1: accuracy of the chosen student's answer,
-    read from the prompt the rollout answered (0 for no or an out-of-range choice)."""
+    """Stage 0 and 2: accuracy of the answer. Stage 1: accuracy of the chosen student's answer
+    in the listing *this peer* built (0 for no or an out-of-range choice)."""
 
     def __init__(self, stage_weights: Sequence[float] = (1.0, 1.0, 1.0)) -> None:
         self.weights = list(stage_weights)
 
-    def score(self, task: Task, rollout: Rollout) -> list[float]:
-        weight = self.weights[rollout.stage] if rollout.stage < len(self.weights) else 1.0
-        if rollout.stage != 1:
-            return [weight * accuracy(task, c) for c in rollout.completions]
-        listed: Mapping[str, Any] = dict(_STUDENT_LINE.findall(rollout.prompt))
+    def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
+        weight = self.weights[input.stage] if input.stage < len(self.weights) else 1.0
+        if input.stage != 1:
+            return [weight * accuracy(task, c) for c in rollout.texts]
+        listed: Sequence[str] = input.context["students"]
         scores = []
-        for completion in rollout.completions:
+        for completion in rollout.texts:
             choice = _CHOICE.search(completion)
-            answer = listed.get(choice.group(1)) if choice else None
+            k = int(choice.group(1)) if choice and len(choice.group(1)) < 6 else 0
+            answer = listed[k - 1] if 1 <= k <= len(listed) else None
             scores.append(weight * accuracy(task, f"<answer>{answer}</answer>") if answer else 0.0)
         return scores
