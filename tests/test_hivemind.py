@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from genrl_swarm.core import Task
 from genrl_swarm.run.metrics import read_metrics
+
+from conftest import Echo, echo
+
+
+def body(text: str) -> Echo:
+    return echo(Task.create("q").input(0), text)
 
 pytest.importorskip("hivemind")
 ROOT = Path(__file__).parents[1]
@@ -63,7 +70,7 @@ def metrics(run: Path, peer: str) -> list[dict]:
 
 def test_three_peers_play_three_rounds_and_see_each_other(tmp_path: Path) -> None:
     args = ["--recipe", "bandit", f"run.dir={tmp_path / 'run'}", "game.max_rounds=3", "game.exchange_timeout=60",
-            "+communication.min_peers=3", *QUIET]  # fmt: skip
+            "communication.min_peers=3", *QUIET]  # fmt: skip
     first = Peer(tmp_path, "a", args)
     others = [Peer(tmp_path, name, args, initial=first.maddr()) for name in ("b", "c")]
     peers = [first, *others]
@@ -80,7 +87,7 @@ def test_three_peers_play_three_rounds_and_see_each_other(tmp_path: Path) -> Non
 def test_killed_peer_others_go_on_and_it_rejoins_with_its_identity(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = ["--recipe", "bandit", f"run.dir={run}", "game.max_rounds=14", "game.exchange_timeout=3",
-            "+communication.min_peers=3", "trainer._target_=dist_helpers.SlowTrainer", "+trainer.delay=0.3", *QUIET]  # fmt: skip
+            "communication.min_peers=3", "policy._target_=dist_helpers.SlowPolicy", "+policy.delay=0.3", *QUIET]  # fmt: skip
     a = Peer(tmp_path, "a", args)
     b, c = Peer(tmp_path, "b", args, initial=a.maddr()), Peer(tmp_path, "c", args, initial=a.maddr())
     c_id = c.peer_id()
@@ -141,19 +148,18 @@ def test_exchange_never_crashes_on_odd_records(tmp_path: Path) -> None:
     from hivemind.utils import get_dht_time
 
     from genrl_swarm.comm.hivemind_dht import HivemindBackend
-    from genrl_swarm.core import Rollout
 
     a = HivemindBackend(min_peers=3, swarm="odd")
     b = HivemindBackend(initial_peers=a.visible_maddrs(), min_peers=3, swarm="odd")
     try:
         b.dht.store("odd/r0/s0", 12345, get_dht_time() + 60, subkey="not-bytes")  # a value of the wrong type
         b.dht.store("odd/r0/s0", b"\x00garbage", get_dht_time() + 60, subkey="garbage")
-        got = a.exchange(0, 0, [Rollout(a.peer_id, 0, 0, "t", "p", ("x",))], timeout=2.0)
+        got = a.exchange(0, 0, [body("x")], timeout=2.0, body_type=Echo)
         assert sorted(got.dropped) == ["garbage", "not-bytes"]
         assert list(got.received) == [a.peer_id]
-        assert a.exchange(5, 1, [Rollout(a.peer_id, 5, 1, "t", "p", ("x",))], timeout=0.5).received.keys() == {a.peer_id}
+        assert a.exchange(5, 1, [body("x")], timeout=0.5, body_type=Echo).received.keys() == {a.peer_id}
         with pytest.raises(ValueError, match="over the limit"):
-            a.exchange(0, 1, [Rollout(a.peer_id, 0, 1, "t", "x" * 4_000_000, ("x",))], timeout=0.5)
+            a.exchange(0, 1, [body("x" * 4_000_000)], timeout=0.5, body_type=Echo)
         assert a.swarm_round() == 5
     finally:
         a.close()
@@ -164,7 +170,6 @@ def test_payloads_larger_than_one_chunk_arrive_whole() -> None:
     """hivemind's DHT process died on store requests of 60-200 KB; payloads now travel in
     3 KB chunks and must come out byte-identical on the other side."""
     from genrl_swarm.comm.hivemind_dht import CHUNK, HivemindBackend
-    from genrl_swarm.core import Rollout
 
     a = HivemindBackend(min_peers=2, swarm="big")
     b = HivemindBackend(initial_peers=a.visible_maddrs(), min_peers=2, swarm="big")
@@ -172,15 +177,15 @@ def test_payloads_larger_than_one_chunk_arrive_whole() -> None:
         prompt = "".join(chr(0x41 + i % 50) for i in range(150_000))  # 50 chunks, not a repeated byte
         assert len(prompt) > 40 * CHUNK
         b.dht.store("big/r0/s0", b"\x00", 0, subkey=f"{b.peer_id}#0/2")  # a stale half, already expired
-        mine = [Rollout(b.peer_id, 0, 0, "t", prompt, ("x",))]
+        mine = [body(prompt)]
         import threading
 
-        sent = threading.Thread(target=lambda: b.exchange(0, 0, mine, timeout=30))
+        sent = threading.Thread(target=lambda: b.exchange(0, 0, mine, timeout=30, body_type=Echo))
         sent.start()
-        got = a.exchange(0, 0, [Rollout(a.peer_id, 0, 0, "t", "p", ("y",))], timeout=30)
+        got = a.exchange(0, 0, [body("y")], timeout=30, body_type=Echo)
         sent.join(timeout=60)
         assert got.dropped == {}
-        assert got.received[b.peer_id][0].prompt == prompt
+        assert got.received[b.peer_id][0].outputs == (prompt,)
     finally:
         a.close()
         b.close()

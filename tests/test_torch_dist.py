@@ -75,8 +75,8 @@ def test_train_sh_runs_the_small_game_on_three_ranks(tmp_path: Path) -> None:
 def test_llm_game_with_tiny_model_on_two_ranks(tmp_path: Path) -> None:
     args = [
         "--recipe", "reasoning_gym", f"run.dir={tmp_path}", "game.max_rounds=2", "game.mode=train",
-        "trainer.model=tiny-random", "trainer.grpo.max_new_tokens=8", "trainer.grpo.num_generations=2",
-        "data.datasets=[basic_arithmetic]", "swarm.num_peers=1", *QUIET,
+        "policy.model=tiny-random", "policy.sampling.max_new_tokens=8", "policy.sampling.num_generations=2",
+        "data.datasets=[basic_arithmetic]", "communication=torch", *QUIET,
     ]  # fmt: skip
     results = finish(launch(2, args))
     assert all(code == 0 for code, _ in results), results[0][1][-3000:]
@@ -86,8 +86,8 @@ def test_llm_game_with_tiny_model_on_two_ranks(tmp_path: Path) -> None:
 def _slow_game(tmp_path: Path, timeout: float) -> list[str]:
     return [
         "--recipe", "bandit", f"run.dir={tmp_path}", "game.max_rounds=50", "game.mode=train",
-        f"game.exchange_timeout={timeout}", "trainer._target_=dist_helpers.SlowTrainer", "+trainer.delay=0.2",
-        "swarm.num_peers=1", *QUIET,
+        f"game.exchange_timeout={timeout}", "policy._target_=dist_helpers.SlowPolicy", "+policy.delay=0.2",
+        "communication=torch", *QUIET,
     ]  # fmt: skip
 
 
@@ -121,8 +121,8 @@ def test_a_dead_or_hung_rank_stops_the_others_with_a_clear_error(tmp_path: Path,
 
 
 def test_a_ranks_bad_payload_is_dropped_and_the_game_goes_on(tmp_path: Path) -> None:
-    args = ["--recipe", "bandit", f"run.dir={tmp_path}", "game.max_rounds=2", "swarm.num_peers=1",
-            "communication._target_=dist_helpers.CorruptingBackend", *QUIET]  # fmt: skip
+    args = ["--recipe", "bandit", f"run.dir={tmp_path}", "game.max_rounds=2",
+            "communication=torch", "communication._target_=dist_helpers.CorruptingBackend", *QUIET]  # fmt: skip
     results = finish(launch(3, args))
     assert all(code == 0 for code, _ in results), results[0][1][-2000:]
     for rank in (0, 2):

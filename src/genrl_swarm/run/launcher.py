@@ -48,6 +48,12 @@ class Checkpointer:
         if last or (self.every > 0 and (result.round + 1) % self.every == 0):
             save_checkpoint(self.directory, result.round, parts(manager), books(manager), self.keep)
 
+    def on_stop(self, manager: GameManager, results: list[RoundResult]) -> None:
+        """``after_game`` hook: a run stopped by Ctrl-C saves its last finished round, so
+        ``--resume`` continues from where it stopped."""
+        if manager.interrupted and results and manager.config.mode != "evaluate":
+            save_checkpoint(self.directory, results[-1].round, parts(manager), books(manager), self.keep)
+
 
 def parts(manager: GameManager) -> dict[str, Any]:
     return {"policy": manager.policy} | ({"learner": manager.learner} if manager.learner is not None else {})
@@ -119,7 +125,9 @@ def _build_peer(
     elif resume:
         log.info("%s: no checkpoint in %s, starting at round 0", comm.peer_id, directory / "checkpoints")
     manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round))
-    manager.hooks.after_round.append(Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds))
+    checkpointer = Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds)
+    manager.hooks.after_round.append(checkpointer)
+    manager.hooks.after_game.append(checkpointer.on_stop)
     if table is not None:
         manager.hooks.after_round.append(table)
     return manager
