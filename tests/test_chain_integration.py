@@ -75,9 +75,9 @@ def test_two_peers_three_rounds_on_chain(ganache: tuple[str, list[str]], tmp_pat
     cfg = load_recipe("bandit", [
         f"run.dir={tmp_path / 'run'}", "run.tensorboard=false", "run.console=false", "run.plot=false",
         "swarm.num_peers=2", "game.max_rounds=3", "game.mode=train",
-        "coordinator._target_=genrl_swarm.coord.evm.EvmCoordinator",  # the one override that moves to the chain
-        f"+coordinator.rpc_url={url}", f"+coordinator.contract={address}",
-        f"+coordinator.key_file={tmp_path}/peer-${{peer.rank}}.key",
+        "coordinator=evm",  # the one override that moves to the chain
+        f"coordinator.rpc_url={url}", f"coordinator.contract={address}",
+        f"coordinator.key_file={tmp_path}/peer-${{peer.rank}}.key",
     ])  # fmt: skip
     summary = run_recipe(cfg)
     assert [r.round for r in summary.results["peer-1"]] == [0, 1, 2]

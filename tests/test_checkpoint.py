@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 from pathlib import Path
 
 import pytest
@@ -35,11 +36,10 @@ def test_resume_after_a_crash_past_the_checkpoint_logs_each_round_once(bandit_re
     """Rounds 4-5 were played and logged after the round-3 checkpoint, then the run died: the
     resumed run replays them, and metrics.jsonl keeps one row per round."""
     run_recipe(bandit_recipe("game.max_rounds=6", "run.checkpoint_every=4", f"run.dir={tmp_path / 'r'}"))
-    checkpoints = tmp_path / "r" / "peer-0" / "checkpoints"
-    import shutil
-
-    shutil.rmtree(checkpoints / "round_000005")
-    (checkpoints / "latest").write_text("round_000003")
+    for peer in ("peer-0", "peer-1", "peer-2"):  # the whole process died after round 5, its last save lost
+        checkpoints = tmp_path / "r" / peer / "checkpoints"
+        shutil.rmtree(checkpoints / "round_000005")
+        (checkpoints / "latest").write_text("round_000003")
     resumed = run_recipe(bandit_recipe("game.max_rounds=8", f"run.dir={tmp_path / 'r'}"), resume=True)
     assert [r.round for r in resumed.results["peer-0"]] == [4, 5, 6, 7]
     rows = read_metrics(tmp_path / "r" / "peer-0" / "metrics.jsonl")

@@ -40,9 +40,9 @@ def save_checkpoint(root: Path, round: int, parts: Mapping[str, Saveable], info:
     name = f"round_{round:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
     try:
-        for name, part in parts.items():
-            (tmp / name).mkdir()
-            part.save(tmp / name)
+        for part_name, part in parts.items():
+            (tmp / part_name).mkdir()
+            part.save(tmp / part_name)
         write_atomic(tmp / STATE_FILE, json.dumps({"round": round, **info}))
         final = root / name
         if final.exists():
