@@ -4,10 +4,12 @@
 #   export NUM_PROC_PER_NODE=1 NUM_NODES=1 MASTER_ADDR=localhost MASTER_PORT=29500
 #   ./scripts/train.sh $NUM_NODES $NUM_PROC_PER_NODE multistage_math recipe.yaml [key=value ...]
 #
-# <recipe> is a YAML path, or a file inside the game's folder (src/genrl_swarm/games/<game>/).
-# Each rank writes its log to $LOG_DIR (default runs/<game>/logs) and its metrics and
-# checkpoints under the recipe's run.dir/rank-<N>/. Extra arguments are recipe overrides
-# (and --resume). Run this same command on every node, with the same MASTER_ADDR/PORT.
+# <recipe> is a YAML path, or a file inside the game's folder (src/genrl_swarm/games/<game>/;
+# `genrl-swarm games` lists them). The backend is the recipe's communication group, set here to
+# torch (communication=torch swarm.num_peers=1). The recipe and the overrides are checked before
+# torchrun starts, so a typo ends in one line, not in a traceback per rank. Each rank writes its
+# log to $LOG_DIR (default runs/<game>/logs) and its metrics and checkpoints under the recipe's
+# run.dir/<peer>/. Extra arguments are Hydra overrides (and --resume). Run this same command on every node, with the same MASTER_ADDR/PORT.
 set -euo pipefail
 
 if [ $# -lt 4 ]; then
@@ -25,17 +27,22 @@ if [ -z "$python" ]; then
 fi
 if [ -f "$recipe" ]; then target=$recipe; else target="$game/$recipe"; fi
 
-log_dir=${LOG_DIR:-runs/$game/logs}
-mkdir -p "$log_dir"
 resume=()
 overrides=()
 for arg in "$@"; do
   if [ "$arg" = "--resume" ]; then resume=(--resume); else overrides+=("$arg"); fi
 done
 
+recipe_args=(--recipe "$target" communication=torch swarm.num_peers=1 "${overrides[@]}")
+if ! "$python" -m genrl_swarm.cli validate --no-build "${recipe_args[@]}" >/dev/null; then
+  exit 2  # the CLI printed the one-line reason (for a missing recipe: the recipes that exist)
+fi
+
+log_dir=${LOG_DIR:-runs/$game/logs}
+mkdir -p "$log_dir"
+
 exec "$python" -m torch.distributed.run \
   --nnodes "$num_nodes" --nproc-per-node "$procs" \
   --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \
   --log-dir "$log_dir" --redirects 3 --tee 3 \
-  -m genrl_swarm.cli run --recipe "$target" "${resume[@]}" \
-  communication._target_=genrl_swarm.comm.torch_dist.TorchBackend swarm.num_peers=1 "${overrides[@]}"
+  -m genrl_swarm.cli run "${resume[@]}" "${recipe_args[@]}"

@@ -125,7 +125,7 @@ def test_unreachable_initial_peer_fails_fast_with_what_was_tried(tmp_path: Path)
 
 def test_identity_in_use_and_port_in_use(tmp_path: Path) -> None:
     args = ["--recipe", "bandit", f"run.dir={tmp_path}", "game.max_rounds=100", "game.exchange_timeout=60",
-            "+communication.min_peers=5", *QUIET]  # fmt: skip
+            "communication.min_peers=5", *QUIET]  # fmt: skip
     holder = Peer(tmp_path, "a", args)
     holder.maddr()
     try:
@@ -136,7 +136,7 @@ def test_identity_in_use_and_port_in_use(tmp_path: Path) -> None:
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             port = taken.getsockname()[1]
-            clash = Peer(tmp_path, "b", [*args, f"+communication.host_maddrs=[/ip4/127.0.0.1/tcp/{port}]"])
+            clash = Peer(tmp_path, "b", [*args, f"communication.host_maddrs=[/ip4/127.0.0.1/tcp/{port}]"])
             assert clash.wait(timeout=120) == 3
         assert f"port in use: cannot listen on /ip4/127.0.0.1/tcp/{port}" in clash.text(), clash.text()[-1500:]
     finally:

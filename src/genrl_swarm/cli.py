@@ -1,42 +1,51 @@
-"""The ``genrl-swarm`` command."""
+"""The ``genrl-swarm`` command: run, join a swarm, check or list recipes, deploy the contract.
+
+Recipe errors print as one line (``genrl-swarm: recipe error: ...``, exit 2) before any work
+starts. Heavy imports (torch, the launcher) happen only once a run really starts.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from genrl_swarm import __version__
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.config import RecipeError, apply_override, load_recipe, packaged_games, resolve, validate
+from genrl_swarm.config import RecipeError, check_components, load_recipe, packaged_recipes, resolve, validate
+
+EXIT_RECIPE, EXIT_SWARM, EXIT_CHAIN, EXIT_INTERRUPTED = 2, 3, 4, 130
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="genrl-swarm",
         description="Multi-agent, multi-stage RL across a swarm of peers.",
-        epilog="Overrides are Hydra-style: key=value changes a field, +key=value adds one. "
-        "Example: genrl-swarm run --recipe bandit game.max_rounds=20 trainer.lr=0.3",
+        epilog="Overrides use Hydra's grammar: key=value, +key=value (add), ~key (delete), group=option "
+        "(communication=memory|none|torch|hivemind, coordinator=local|evm). "
+        "Example: genrl-swarm run --recipe bandit game.max_rounds=20 learner.lr=0.3",
     )
     p.add_argument("--version", action="version", version=f"genrl-swarm {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    recipe_help = "a recipe YAML file, a packaged game (bandit) or a game's recipe (multistage_math/msm_dapodata_grpo.yaml)"
     run = sub.add_parser("run", help="play a recipe's game")
-    run.add_argument("--recipe", required=True, help="a recipe YAML file, or a packaged game's name")
+    run.add_argument("--recipe", required=True, help=recipe_help)
     run.add_argument("--resume", action="store_true", help="continue from each peer's latest checkpoint")
-    run.add_argument("overrides", nargs="*", help="key=value recipe overrides")
-    swarm = sub.add_parser("swarm", help="join (or start) a decentralized swarm over a HiveMind DHT")
-    swarm.add_argument("--recipe", required=True)
+    run.add_argument("overrides", nargs="*", help="Hydra overrides")
+    swarm = sub.add_parser("swarm", help="join (or start) a decentralized swarm: communication=hivemind, one peer")
+    swarm.add_argument("--recipe", required=True, help=recipe_help)
     swarm.add_argument("--initial-peers", action="append", default=[], metavar="MADDR", help="a running peer's multiaddr (repeat for several, or $GENRL_SWARM_INITIAL_PEERS); none: start a new swarm")
     swarm.add_argument("--identity", default=None, help="identity file: this peer keeps its peer id across restarts")
     swarm.add_argument("--resume", action="store_true")
     swarm.add_argument("overrides", nargs="*")
-    check = sub.add_parser("validate", help="check a recipe without running it")
-    check.add_argument("--recipe", required=True)
+    check = sub.add_parser("validate", help="check a recipe without running it (builds peer 0's components)")
+    check.add_argument("--recipe", required=True, help=recipe_help)
+    check.add_argument("--no-build", action="store_true", help="check types and targets only; build nothing (fast)")
     check.add_argument("overrides", nargs="*")
-    sub.add_parser("games", help="list the packaged games")
+    sub.add_parser("games", help="list the packaged games and their recipes")
     chain = sub.add_parser("chain", help="on-chain coordination").add_subparsers(dest="chain_command", required=True)
     deploy = chain.add_parser("deploy", help="deploy a SwarmCoordinator contract; prints its address")
     deploy.add_argument("--rpc-url", default=None, help="JSON-RPC URL (default: $GENRL_SWARM_RPC_URL or http://127.0.0.1:8545)")
@@ -54,48 +63,63 @@ def _chain(args: argparse.Namespace) -> int:
         address = client.deploy(args.num_stages)
     except CoordinatorError as e:
         print(f"genrl-swarm: chain error: {e}", file=sys.stderr)
-        return 4
+        return EXIT_CHAIN
     print(address)
     print(f"deployed SwarmCoordinator at {address} (owner and stage manager: {client.address})", file=sys.stderr)
     return 0
 
 
-def _to_dht(cfg: Any, initial_peers: list[str], identity: str | None) -> None:
-    """Point a recipe at the HiveMind backend, one peer per process."""
-    target = "genrl_swarm.comm.hivemind_dht.HivemindBackend"
-    if cfg.communication.get("_target_") != target:
-        cfg.communication = {"_target_": target}
+def _games() -> int:
+    """Each packaged game with its recipes and their one-line descriptions."""
+    for game, recipes in packaged_recipes().items():
+        print(game)
+        for name, description in recipes.items():
+            print(f"  {name:<24} {description}")
+    print("\nrun one: genrl-swarm run --recipe <game>[/<recipe>.yaml] [overrides]")
+    return 0
+
+
+def _quoted(text: str) -> str:
+    """A Hydra override value that stays one string whatever it holds (a multiaddr, a path)."""
+    # Hydra: backslashes are literal except a run right before a quote, which is doubled.
+    return "'" + re.sub(r"(\\*)('|$)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), text) + "'"
+
+
+def swarm_overrides(initial_peers: Sequence[str], identity: str | None) -> list[str]:
+    """``genrl-swarm swarm``: the hivemind backend, one peer in this process, and its flags."""
+    out = ["communication=hivemind", "swarm.num_peers=1"]
     if initial_peers:
-        cfg.communication.initial_peers = initial_peers
+        out.append(f"communication.initial_peers=[{','.join(_quoted(p) for p in initial_peers)}]")
     if identity:
-        cfg.communication.identity_path = identity
-    cfg.swarm.num_peers = 1
+        out.append(f"communication.identity_path={_quoted(identity)}")
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "games":
-        print("\n".join(packaged_games()))
-        return 0
+        return _games()
     if args.command == "chain":
         return _chain(args)
+    first = swarm_overrides(args.initial_peers, args.identity) if args.command == "swarm" else []
     try:
-        cfg = load_recipe(args.recipe)
-        if args.command == "swarm":
-            _to_dht(cfg, args.initial_peers, args.identity)  # before the overrides, which may refine it
-        for item in args.overrides:
-            apply_override(cfg, item)
+        cfg = load_recipe(args.recipe, [*first, *args.overrides])
+        spec = resolve(cfg)
         if args.command == "validate":
-            validate(resolve(cfg))
+            if args.no_build:
+                validate(spec)
+            else:
+                check_components(spec)
             print(f"{args.recipe}: ok")
             return 0
+        validate(spec)  # before the launcher's heavy imports: a typo costs no wait
         from genrl_swarm.run.launcher import run_recipe  # heavy imports only when running
 
-        summary = run_recipe(cfg, resume=args.resume)
+        summary = run_recipe(cfg, resume=args.resume, stream=None)
     except RecipeError as e:
         print(f"genrl-swarm: recipe error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_RECIPE
     except SwarmFailure as e:
         print(f"genrl-swarm: swarm failure: {e}", file=sys.stderr)
         # A process group with a hung peer blocks interpreter shutdown (its destructor waits on
@@ -103,12 +127,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         logging.shutdown()
-        os._exit(3)
+        os._exit(EXIT_SWARM)
     standings = ", ".join(f"{p}={v:.2f}" for p, v in sorted(summary.standings.items()))
     print(f"cumulative reward: {standings or '-'}")
     print(f"logs: {summary.run_dir}/<peer>/metrics.jsonl, TensorBoard: tensorboard --logdir {summary.run_dir}")
     if summary.plot is not None:
         print(f"reward curve: {summary.plot}")
+    if summary.interrupted:
+        print("interrupted: resume with --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 

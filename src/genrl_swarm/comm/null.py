@@ -7,7 +7,7 @@ from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES
 
 
 class NullBackend(ByteBackend):
-    in_process = True
+    in_process = False  # a swarm of one: one peer per process, whatever swarm.num_peers says
 
     def __init__(self, peer_id: str = "peer-0", max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         super().__init__(max_bytes)

@@ -21,7 +21,17 @@ from omegaconf import DictConfig
 from genrl_swarm.comm.base import ByteBackend
 from genrl_swarm.comm.errors import SwarmFailure
 from genrl_swarm.comm.torch_dist import under_torchrun
-from genrl_swarm.config import RecipeError, RunConfig, SwarmConfig, import_target, instantiate, resolve, section, validate
+from genrl_swarm.config import (
+    RecipeError,
+    RunConfig,
+    SwarmConfig,
+    import_target,
+    instantiate,
+    peers_in_process,
+    resolve,
+    section,
+    validate,
+)
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
 from genrl_swarm.core.interfaces import Communication, Coordinator
 from genrl_swarm.core.types import RoundResult
@@ -86,7 +96,7 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     if under_torchrun() and comm_cls.in_process:
         raise RecipeError(f"communication: {comm_cls.__name__} keeps the swarm inside one process, but this is a torchrun rank: pass communication=torch (scripts/train.sh does)")
     comm_kwargs = {k: v for k, v in spec["communication"].items() if k != "_target_"}
-    comms = comm_cls.spawn(swarm.num_peers, **comm_kwargs)
+    comms = comm_cls.spawn(peers_in_process(comm_cls, swarm.num_peers), **comm_kwargs)
     for comm in comms:
         if hasattr(comm, "visible_maddrs"):
             print(f"peer {comm.peer_id} is up; others join with: --initial-peers {comm.visible_maddrs()[0]}", file=stream, flush=True)
