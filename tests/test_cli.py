@@ -148,3 +148,23 @@ def test_core_type_checks_strict() -> None:
         timeout=300,
     )
     assert out.returncode == 0, out.stdout
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("communication.max_bytes=0", "recipe error: communication: max_bytes must be positive"),
+        ("game.exchange_timeout=inf", "recipe error: game.exchange_timeout: must be > 0 and finite, got inf"),
+        ("run.dir=/proc/no/such/dir", "recipe error: run.dir: cannot create /proc/no/such/dir"),
+        ("coordinator=evm", "coordinator error: no contract address"),
+    ],
+)
+def test_run_time_configuration_errors_are_one_line(override: str, message: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENRL_SWARM_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "genrl_swarm.cli", "run", "--recipe", "bandit", f"run.dir={tmp_path}", override, "game.max_rounds=1"],
+        capture_output=True, text=True, timeout=120, env={**env, "GENRL_SWARM_CACHE": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode in (2, 4), done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if " INFO " not in line]
+    assert len(errors) == 1 and message in errors[0], done.stderr[-2000:]

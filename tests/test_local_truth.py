@@ -13,7 +13,7 @@ from genrl_swarm.comm import InMemoryBackend
 from genrl_swarm.comm.codec import Codec
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import DataManager, GameConfig, GameManager, GameState, RoundRewards, ScoredRollout, StageInput, Task
-from genrl_swarm.core.types import Rollout
+from genrl_swarm.core.types import Rollout, RoundResult
 from genrl_swarm.games.bandit import ArmPulls, BanditData, BanditReward, SoftmaxPolicy
 from genrl_swarm.games.multistage_math import MultistageMathData, MultistageReward
 
@@ -142,3 +142,47 @@ def test_ties_are_broken_per_round_and_the_same_everywhere() -> None:
         assert RoundRewards(r, tuple(reversed(scored))).winners() == first  # order of arrival does not matter
         wins.update(first)
     assert all(600 < wins[p] < 900 for p in peers), wins  # each ~750; the old rule gave peer-0 all 3000
+
+
+def test_a_legal_but_extreme_behaviour_logprob_does_not_crash_the_bandit_learner() -> None:
+    from genrl_swarm.games.bandit import SoftmaxLearner
+
+    state, data, policy, worst, best = bandit_round()
+    (inp,) = data.stage_inputs(state, 0)
+    state.record(0, [inp], {"evil": [ArmPulls(inp.task_id, inp.digest, (best, best, best, worst), (-800.0,) * 4)]}, policy.check)
+    SoftmaxLearner(policy).train(state, BanditReward().score_state(state))  # exp(-800) == 0.0: no division by it
+    assert all(abs(x) < 1e6 for x in policy.logits.ravel())
+
+
+def test_one_peer_casts_one_vote_whatever_it_sends() -> None:
+    data = MultistageMathData(source=OneQuestion())
+    state = GameState(0, "me")
+    state.set_tasks(data.round_tasks(0))
+    (q,) = data.stage_inputs(state, 0)
+    texts = lambda body: body.outputs  # noqa: E731
+    state.record(0, [q], {"me": [echo(q, "<answer>5</answer>")], "b": [echo(q, "<answer>7</answer>")]}, derive=texts)
+    (pick,) = data.stage_inputs(state, 1)
+    stuffed = echo(pick, *(" ".join(["Choice: Student #2"] * 40) for _ in range(200)))
+    state.record(1, [pick], {"me": [echo(pick, "Choice: Student #1")], "b": [stuffed]}, derive=texts)
+    (final,) = data.stage_inputs(state, 2)
+    assert final.context["votes"] == {"1": 1, "2": 1}
+    assert len(final.prompt) < 2 * len(pick.prompt)
+
+
+def test_peer_text_cannot_make_answer_parsing_expensive() -> None:
+    import time
+
+    from genrl_swarm.lm.answers import answers_match
+
+    start = time.perf_counter()
+    assert not answers_match("1e30000000", "5") and not answers_match("9" * 100_000 + "/7", "5")
+    assert answers_match("0.50", "1/2") and answers_match("2e3", "2000")
+    assert time.perf_counter() - start < 0.5  # Fraction("1e30000000") alone took 72 s
+
+
+def test_a_round_counts_once_for_its_winner_however_many_peers_vote() -> None:
+    coordinator = LocalCoordinator()
+    for peer in ("a", "b", "c"):
+        coordinator.register(peer)
+        coordinator.report(RoundResult(0, peer, {"a": 1.0}, ("a",)))
+    assert coordinator.tally("a") == (1.0, 1)

@@ -95,7 +95,7 @@ def test_act_must_answer_every_input() -> None:
         m.run()
 
 
-@pytest.mark.parametrize("field, value, rule", [("num_stages", 0, ">= 1"), ("max_rounds", -1, ">= 0"), ("exchange_timeout", 0, "> 0")])
+@pytest.mark.parametrize("field, value, rule", [("num_stages", 0, ">= 1"), ("max_rounds", -1, ">= 0"), ("exchange_timeout", 0, "> 0 and finite"), ("exchange_timeout", float("inf"), "> 0 and finite")])
 def test_bad_game_config_names_the_field(field: str, value: object, rule: str) -> None:
     with pytest.raises(ValueError, match=f"^{field} must be {rule}, got {value}$"):
         GameConfig(**{field: value})  # type: ignore[arg-type]

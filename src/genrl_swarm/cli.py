@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from genrl_swarm import __version__
 from genrl_swarm.comm.errors import SwarmFailure
+from genrl_swarm.coord.errors import CoordinatorError
 from genrl_swarm.config import RecipeError, check_components, load_recipe, packaged_recipes, resolve, validate
 
 EXIT_RECIPE, EXIT_SWARM, EXIT_CHAIN, EXIT_INTERRUPTED = 2, 3, 4, 130
@@ -120,6 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecipeError as e:
         print(f"genrl-swarm: recipe error: {e}", file=sys.stderr)
         return EXIT_RECIPE
+    except CoordinatorError as e:
+        print(f"genrl-swarm: coordinator error: {e}", file=sys.stderr)
+        return 4
+    except KeyboardInterrupt:  # before the peers started (loading, building): nothing to save
+        print("genrl-swarm: interrupted while starting", file=sys.stderr)
+        return 130
     except SwarmFailure as e:
         print(f"genrl-swarm: swarm failure: {e}", file=sys.stderr)
         # A process group with a hung peer blocks interpreter shutdown (its destructor waits on

@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from genrl_swarm.coord.errors import CoordinatorError
 from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.types import RoundResult
 
@@ -26,10 +27,6 @@ ARTIFACT = Path(__file__).with_name("SwarmCoordinator.json")
 REWARD_SCALE = 1_000_000  # rewards are floats here, fixed-point integers on chain
 KEY_ENV, RPC_ENV, CONTRACT_ENV = "GENRL_SWARM_PRIVATE_KEY", "GENRL_SWARM_RPC_URL", "GENRL_SWARM_CONTRACT"
 T = TypeVar("T")
-
-
-class CoordinatorError(RuntimeError):
-    """The chain cannot be used as configured; the message says what to fix."""
 
 
 class ContractRevert(CoordinatorError):

@@ -21,6 +21,7 @@ class LocalCoordinator(Coordinator):
         self.reports: dict[tuple[int, str], RoundResult] = {}
         self.rewards: defaultdict[str, float] = defaultdict(float)
         self.wins: Counter[str] = Counter()
+        self._won: set[tuple[int, str]] = set()
         self._round = 0
 
     def register(self, peer_id: str) -> None:
@@ -40,7 +41,10 @@ class LocalCoordinator(Coordinator):
                 raise ValueError(f"peer {result.peer_id} already reported round {result.round}")
             self.reports[key] = result
             self.rewards[result.peer_id] += result.rewards.get(result.peer_id, 0.0)
-            self.wins.update(result.winners)
+            for winner in result.winners:  # every peer votes; a round counts once per winner
+                if (result.round, winner) not in self._won:
+                    self._won.add((result.round, winner))
+                    self.wins[winner] += 1
 
     def finish_round(self, round: int) -> None:
         with self._lock:

@@ -51,7 +51,7 @@ class GameConfig:
             ("num_stages", self.num_stages >= 1, ">= 1"),
             ("max_rounds", self.max_rounds >= 0, ">= 0"),
             ("eval_every", self.eval_every >= 0, ">= 0"),
-            ("exchange_timeout", self.exchange_timeout > 0, "> 0"),
+            ("exchange_timeout", 0 < self.exchange_timeout < 1e7, "> 0 and finite"),
         ):
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")

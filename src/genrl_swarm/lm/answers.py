@@ -53,8 +53,16 @@ def well_formatted(text: str) -> bool:
     return len(found) == 1 and bool(found[0].strip())
 
 
+#: What ``_number`` accepts: plain decimals and fractions of bounded length, an exponent of at
+#: most 3 digits. ``Fraction("1e30000000")`` computes 10**30000000 (minutes of CPU, holding the
+#: GIL), and completions are peer-controlled text.
+_PLAIN_NUMBER = re.compile(r"[-+]?(\d{1,64}(\.\d{0,64})?|\.\d{1,64})([eE][-+]?\d{1,3})?(/\d{1,64})?")
+
+
 def _number(text: str) -> Fraction | None:
     cleaned = text.replace(",", "").replace("$", "").replace(" ", "").rstrip("%")
+    if len(cleaned) > 200 or not _PLAIN_NUMBER.fullmatch(cleaned):
+        return None
     try:
         return Fraction(cleaned)
     except (ValueError, ZeroDivisionError):

@@ -96,7 +96,14 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     if under_torchrun() and comm_cls.in_process:
         raise RecipeError(f"communication: {comm_cls.__name__} keeps the swarm inside one process, but this is a torchrun rank: pass communication=torch (scripts/train.sh does)")
     comm_kwargs = {k: v for k, v in spec["communication"].items() if k != "_target_"}
-    comms = comm_cls.spawn(peers_in_process(comm_cls, swarm.num_peers), **comm_kwargs)
+    try:
+        Path(run.dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RecipeError(f"run.dir: cannot create {run.dir}: {e.strerror or e}") from e
+    try:
+        comms = comm_cls.spawn(peers_in_process(comm_cls, swarm.num_peers), **comm_kwargs)
+    except (ValueError, TypeError) as e:  # a constructor's own check, e.g. max_bytes <= 0
+        raise RecipeError(f"communication: {e}") from e
     for comm in comms:
         if hasattr(comm, "visible_maddrs"):
             print(f"peer {comm.peer_id} is up; others join with: --initial-peers {comm.visible_maddrs()[0]}", file=stream, flush=True)

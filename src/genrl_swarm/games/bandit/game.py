@@ -116,6 +116,8 @@ class SoftmaxPolicy(Policy):
     body_type = ArmPulls
 
     def __init__(self, num_contexts: int = 16, num_arms: int = 8, num_stages: int = 2, num_generations: int = 4, seed: int = 0) -> None:
+        if min(num_contexts, num_arms, num_stages, num_generations) < 1:
+            raise ValueError("num_contexts, num_arms, num_stages and num_generations must be >= 1")
         self.num_generations = num_generations
         self.logits = np.zeros((num_stages, num_contexts, num_arms))
         self.rng = np.random.default_rng(seed)
@@ -143,7 +145,11 @@ class SoftmaxPolicy(Policy):
     def check(self, body: Body, input: StageInput) -> str | None:
         assert isinstance(body, ArmPulls)
         bad = [a for a in body.arms if a >= self.logits.shape[2]]
-        return f"arms {bad[:4]} out of range (this game has {self.logits.shape[2]})" if bad else None
+        if bad:
+            return f"arms {bad[:4]} out of range (this game has {self.logits.shape[2]})"
+        if len(body.arms) > self.num_generations:
+            return f"{len(body.arms)} pulls, this game draws {self.num_generations}"
+        return None
 
     def texts(self, body: Body) -> tuple[str, ...]:
         assert isinstance(body, ArmPulls)
@@ -187,7 +193,7 @@ class SoftmaxLearner(Learner):
             grad = np.zeros_like(probs)
             for (arm, _, behaviour), adv in zip(group, (values - values.mean()) / values.std()):
                 if probs[arm] > 0:  # an arm outside this peer's offer carries no gradient
-                    w = min(float(probs[arm]) / float(np.exp(behaviour)), 2.0)
+                    w = float(np.exp(min(np.log(probs[arm]) - behaviour, np.log(2.0))))  # log space: no 0-division
                     grad += w * adv * (np.eye(len(probs))[arm] - probs)
                     samples, weights = samples + 1, [*weights, w]
             self.policy.logits[stage, inp.context["context"]] += self.lr * grad / len(group)

@@ -38,6 +38,14 @@ def students(state: GameState, task_id: str) -> list[str]:
     return [consensus(r) for r in sorted(state.select(stage=0, task=task_id), key=lambda r: r.peer_id)]
 
 
+def vote(rollout: Rollout[Any], num_students: int) -> str | None:
+    """A peer's one vote: the student its completions chose most often (one vote per peer, so
+    a peer sending many samples cannot stuff the ballot or bloat the next prompt)."""
+    picks = [m.group(1) for c in rollout.texts if (m := _CHOICE.search(c)) and len(m.group(1)) < 6]
+    picks = [k for k in picks if 1 <= int(k) <= num_students]
+    return Counter(picks).most_common(1)[0][0] if picks else None
+
+
 class MultistageMathData(DataManager):
     """Questions from ``source`` (default: Reasoning Gym's arithmetic sets); prompts per stage."""
 
@@ -63,7 +71,7 @@ class MultistageMathData(DataManager):
                 ask = 'Which student answered correctly? Reply with "Choice: Student #k".'
                 out.append(task.input(1, f"{task.prompt}\n\nAnswers from the swarm:\n{listing}\n\n{ask}", students=answers))
                 continue
-            votes = Counter(m.group(1) for r in state.select(stage=1, task=task.id) for c in r.texts for m in _CHOICE.finditer(c))
+            votes = Counter(v for v in (vote(r, len(answers)) for r in state.select(stage=1, task=task.id)) if v)
             critique = ", ".join(f"Student #{k}: {n} votes" for k, n in votes.most_common()) or "no votes"
             ask = "Considering the answers and the votes, give your final answer in <answer></answer> tags."
             prompt = f"{task.prompt}\n\nAnswers from the swarm:\n{listing}\n\nThe swarm's votes: {critique}\n\n{ask}"
