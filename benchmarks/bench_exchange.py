@@ -2,8 +2,9 @@
 
 torch: each peer is its own process (gloo). hivemind: each peer has its own DHT process and
 p2pd daemon; their exchange loops run as threads of this process (hivemind's DHT does not start
-inside a spawn-started worker). Each exchange carries one Rollout whose prompt is the payload
-(so the codec's cost is included). p50/p95 over ``--iters`` exchanges after one warm-up.
+inside a spawn-started worker). Each exchange carries one TokenRollout of the payload's size
+(ids and log-probs, so encoding and checked decoding are included). p50/p95 over ``--iters``
+exchanges after one warm-up.
 
     python benchmarks/bench_exchange.py                       # torch (gloo), worlds 2 4 8
     python benchmarks/bench_exchange.py --backends torch hivemind --worlds 2 4
@@ -33,22 +34,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def payload(size: int, step: int) -> Any:
+    """A TokenRollout of about ``size`` encoded bytes, shaped like real LM bodies: per token an
+    id (3 bytes in msgpack) and a behaviour log-prob (9 bytes), in samples of at most 65536."""
+    from genrl_swarm.core import TokenRollout, TokenSample
+
+    tokens = max(1, size // 12)
+    per = min(tokens, 1 << 16)
+    samples = tuple(TokenSample((1000,) * per, (-1.0,) * per, "length") for _ in range(-(-tokens // per)))
+    return TokenRollout("t", "0" * 24, (1000,) * 8, samples, step, "bench")
+
+
 def exchanges(backend: Any, world: int, iters: int) -> dict[str, list[float]]:
-    from genrl_swarm.core import Rollout
+    from genrl_swarm.core import TokenRollout
 
     timings: dict[str, list[float]] = {}
     step = 0
     for label, size in SIZES.items():
         if size > backend.codec.max_bytes:
             continue  # refused before sending (hivemind: 4 MiB messages; a larger DHT value crashes its DHT process)
-        body = [Rollout(backend.peer_id, 0, 0, "t", "x" * size, ("y",))]
         for i in range(iters + 1):
             step += 1
+            body = payload(size, step)
             start = time.perf_counter()
-            got = backend.exchange(step, 0, [r.__class__(backend.peer_id, step, 0, "t", r.prompt, ("y",)) for r in body], timeout=120)
+            got = backend.exchange(step, 0, [body], timeout=120, body_type=TokenRollout)
             elapsed = time.perf_counter() - start
             if len(got.received) != world:
-                raise RuntimeError(f"{kind} world {world}: got {got.summary()}")
+                raise RuntimeError(f"{type(backend).__name__} world {world}: got {got.summary()}")
             if i > 0:
                 timings.setdefault(label, []).append(elapsed)
     return timings

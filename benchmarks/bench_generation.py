@@ -4,7 +4,8 @@
   cache repeated, finished rows dropped (genrl_swarm.lm.sampling).
 - hf batched: one ``model.generate(num_return_sequences=G)`` call.
 - loop (upstream genrl): for each of num_generations, one ``generate`` over the prompts.
-Tokens/s counts generated non-pad tokens; arms interleaved, several repeats, median reported.
+Tokens/s counts generated tokens (each row up to and including its EOS); arms interleaved,
+several repeats, median reported.
 
     python benchmarks/bench_generation.py [--model tiny-random|HuggingFaceTB/SmolLM2-135M-Instruct]
 """
@@ -19,11 +20,7 @@ import torch
 from common import machine, table
 
 from genrl_swarm.core import Task
-from genrl_swarm.trainers.grpo import GRPOTrainer
-
-
-def tokens(ids: torch.Tensor, pad: int) -> int:
-    return int((ids != pad).sum())
+from genrl_swarm.lm.policy import LMPolicy
 
 
 def main() -> None:
@@ -35,23 +32,18 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     torch.manual_seed(0)
-    t = GRPOTrainer(model=a.model, grpo={"num_generations": a.generations, "max_new_tokens": a.max_new_tokens})
-    prompts = [t.chat(Task.create(f"Calculate {i} * {i + 3}.").prompt) for i in range(a.prompts)]
-    pad = t.tokenizer.pad_token_id
+    policy = LMPolicy(a.model, {"num_generations": a.generations, "max_new_tokens": a.max_new_tokens})
+    prompts = [policy.prompt_ids(Task.create(f"Calculate {i} * {i + 3}.").input(0)) for i in range(a.prompts)]
 
-    def lean() -> int:
-        t.cfg.sampler = "lean"
-        return tokens(t.generate_ids(prompts, a.generations), pad)
+    def run(sampler: str, n: int) -> int:
+        policy.sampling.sampler = sampler  # type: ignore[assignment]
+        return int(policy.generate(prompts, n).lengths.sum())  # generated tokens, EOS included
 
-    def batched() -> int:
-        t.cfg.sampler = "hf"
-        return tokens(t.generate_ids(prompts, a.generations), pad)
-
-    def loop() -> int:
-        t.cfg.sampler = "hf"
-        return sum(tokens(t.generate_ids(prompts, 1), pad) for _ in range(a.generations))
-
-    arms = {"lean sampler (ours, default)": lean, "hf generate, batched": batched, "loop per generation (upstream)": loop}
+    arms = {
+        "lean sampler (ours, default)": lambda: run("lean", a.generations),
+        "hf generate, batched": lambda: run("hf", a.generations),
+        "loop per generation (upstream)": lambda: sum(run("hf", 1) for _ in range(a.generations)),
+    }
     for fn in arms.values():
         fn()  # warm-up
     rates: dict[str, list[float]] = {name: [] for name in arms}

@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from typing import Any
 
 import torch
 from common import machine, table
 
 from genrl_swarm.core import GameState, RoundRewards, Rollout, ScoredRollout, Task
-from genrl_swarm.trainers.grpo import DEFAULT_SYSTEM_PROMPT, GRPOTrainer
+from genrl_swarm.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
+from genrl_swarm.trainers.grpo import GRPOLearner
 
 
 def reward(completion: str) -> float:
@@ -26,22 +28,21 @@ def reward(completion: str) -> float:
 
 
 def ours(a: argparse.Namespace, questions: list[str]) -> float:
+    """One step = the policy samples, this peer scores the decoded texts, the learner updates the
+    shared module and the policy takes the new version (what the game loop does per round)."""
     torch.manual_seed(0)
-    t = GRPOTrainer(
-        model=a.model,
-        grpo={"num_generations": a.generations, "max_new_tokens": a.max_new_tokens, "learning_rate": 1e-5,
-              "micro_batch_size": a.prompts * a.generations},
-    )  # fmt: skip
-    tasks = [Task.create(q) for q in questions]
+    policy = LMPolicy(a.model, {"num_generations": a.generations, "max_new_tokens": a.max_new_tokens})
+    learner = GRPOLearner(policy, {"learning_rate": 1e-5, "micro_batch_size": a.prompts * a.generations})
+    inputs = [Task.create(q).input(0) for q in questions]
     step_times = []
     for step in range(a.steps + 1):
         start = time.perf_counter()
-        outputs = t.generate(tasks, 0)
-        scored = tuple(
-            ScoredRollout(Rollout("me", step, 0, task.id, task.prompt, tuple(o)), tuple(reward(c) for c in o))
-            for task, o in zip(tasks, outputs)
-        )
-        t.train(GameState(step, "me", tasks={x.id: x for x in tasks}), RoundRewards(scored))
+        scored = []
+        for body in policy.rollouts(inputs):
+            texts = policy.texts(body)
+            scored.append(ScoredRollout(Rollout("me", step, 0, body, texts), tuple(reward(c) for c in texts)))
+        learner.train(GameState(step, "me"), RoundRewards(step, tuple(scored)))
+        policy.load_weights(learner.weights())
         step_times.append(time.perf_counter() - start)
     return a.steps * a.prompts * a.generations / sum(step_times[1:])
 
@@ -63,6 +64,9 @@ def trl(a: argparse.Namespace, questions: list[str]) -> float:
         def on_step_end(self, *args: object, **kwargs: object) -> None:
             marks.append(time.perf_counter())
 
+    def rewards(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        return [reward(c[0]["content"] if isinstance(c, list) else c) for c in completions]
+
     with tempfile.TemporaryDirectory() as out:
         config = GRPOConfig(
             output_dir=out, per_device_train_batch_size=a.prompts * a.generations, num_generations=a.generations,
@@ -72,7 +76,7 @@ def trl(a: argparse.Namespace, questions: list[str]) -> float:
         )  # fmt: skip
         trainer = TRLGRPOTrainer(
             model=model, processing_class=tokenizer, args=config, train_dataset=data,
-            reward_funcs=lambda completions, **kw: [reward(c[0]["content"] if isinstance(c, list) else c) for c in completions],
+            reward_funcs=rewards,
             callbacks=[Clock()],
         )  # fmt: skip
         trainer.train()
@@ -88,7 +92,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     a = p.parse_args()
     questions = [f"Calculate {i} + {2 * i}." for i in range(a.prompts)]
-    rates = {"genrl-swarm GRPOTrainer": ours(a, questions), "TRL GRPOTrainer": trl(a, questions)}
+    rates = {"genrl-swarm LMPolicy + GRPOLearner": ours(a, questions), "TRL GRPOTrainer": trl(a, questions)}
     base = rates["TRL GRPOTrainer"]
     print(machine())
     print(f"model {a.model}, {a.prompts} prompts x {a.generations} generations x {a.max_new_tokens} tokens, {a.steps} timed steps")

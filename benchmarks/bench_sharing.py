@@ -30,10 +30,11 @@ def play(a: argparse.Namespace, seed: int, shared: bool) -> tuple[float, float]:
             f"seed={seed}", f"swarm.num_peers={a.peers}", f"game.max_rounds={a.rounds}", "game.mode=train",
             f"run.dir={out}", "run.console=false", "run.tensorboard=false", "run.plot=false", "run.checkpoint_every=0",
             f"data.datasets=[{a.datasets}]", f"data.tasks_per_round={a.tasks}",
-            "data.dataset_config={basic_arithmetic: {max_terms: 2, max_digits: 1}}",
-            f"trainer.model={a.model}", f"trainer.grpo.max_new_tokens={a.max_new_tokens}",
-            f"trainer.grpo.num_generations={a.generations}", f"trainer.grpo.learning_rate={a.lr}",
-            f"trainer.grpo.num_local={local}", f"trainer.grpo.num_external={external}",
+            "+data.dataset_config.basic_arithmetic={max_terms: 2, max_digits: 1}",
+            f"policy.model={a.model}", f"policy.sampling.max_new_tokens={a.max_new_tokens}",
+            f"policy.sampling.num_generations={a.generations}", f"learner.grpo.learning_rate={a.lr}",
+            f"learner.grpo.num_local={local}", f"learner.grpo.num_external={external}",
+            f"learner.grpo.off_policy={a.off_policy}",
         ])  # fmt: skip
         summary = run_recipe(cfg)
     tail = max(1, a.rounds // 3)
@@ -53,6 +54,7 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--datasets", default="basic_arithmetic")
+    p.add_argument("--off-policy", default="tis", choices=["none", "tis", "decoupled"])
     a = p.parse_args()
     start = time.perf_counter()
     results: dict[str, list[tuple[float, float]]] = {"sharing": [], "isolated": []}
@@ -64,7 +66,7 @@ def main() -> None:
             rows.append([name, seed, cum, late])
     print(machine())
     print(f"model {a.model}, {a.peers} peers, {a.rounds} rounds, {a.tasks} tasks x {a.generations} generations, "
-          f"datasets {a.datasets}, {time.perf_counter() - start:.0f} s")  # fmt: skip
+          f"datasets {a.datasets}, off_policy {a.off_policy}, {time.perf_counter() - start:.0f} s")  # fmt: skip
     print(table(["arm", "seed", "cumulative reward", f"mean reward, last {max(1, a.rounds // 3)} rounds"], rows))
     summary = [[name, mean_sd([c for c, _ in v]), mean_sd([x for _, x in v])] for name, v in results.items()]
     print(table(["arm", "cumulative (mean ± sd)", "late reward (mean ± sd)"], summary))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -56,7 +57,7 @@ def test_clipped_token_gets_no_gradient() -> None:
     assert logp.grad is not None
     assert logp.grad[0, 0] == 0  # clipped
     assert float(logp.grad[0, 1]) == pytest.approx(-1.1 / 2)  # d(-ratio*A/N)/dlogp = -ratio*A/N
-    assert stats["clip_frac"] == 0.5
+    assert stats["clip_frac"] == 0.5 and stats["tokens"] == 2
 
 
 def test_token_vs_sequence_aggregation() -> None:
@@ -83,14 +84,29 @@ def test_kl_term_added_with_beta() -> None:
         grpo_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1), beta=0.1)
 
 
+@pytest.mark.parametrize("off_policy", ["none", "tis", "decoupled"])
 @pytest.mark.parametrize("aggregation", ["token", "sequence"])
-def test_micro_batches_accumulate_to_the_full_batch(aggregation: str) -> None:
+def test_micro_batches_accumulate_to_the_full_batch(aggregation: str, off_policy: str) -> None:
     torch.manual_seed(0)
     logp, old = torch.randn(4, 5) * 0.1, torch.randn(4, 5) * 0.1
+    behaviour = old - torch.rand(4, 5)  # weights in [1, e]: some truncated or masked at cap 2
     mask = (torch.rand(4, 5) > 0.3).float()
     mask[:, -1] = 1
     adv = torch.randn(4)
-    full, _ = grpo_loss(logp, old, adv, mask, aggregation=aggregation)  # type: ignore[arg-type]
-    totals = {"total_tokens": float(mask.sum()), "total_sequences": 4.0}
-    parts = [grpo_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], aggregation=aggregation, **totals)[0] for i in (0, 2)]  # type: ignore[arg-type]
+    opts: dict[str, Any] = {"aggregation": aggregation, "off_policy": off_policy}
+    full, _ = grpo_loss(logp, old, adv, mask, behaviour_logp=behaviour, **opts)
+    totals: dict[str, Any] = {"total_tokens": float(mask.sum()), "total_sequences": 4.0}
+    parts = [grpo_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], behaviour_logp=behaviour[i : i + 2], **opts, **totals)[0] for i in (0, 2)]
     assert float(sum(parts)) == pytest.approx(float(full), rel=1e-5)
+
+
+def test_config_errors_name_the_field() -> None:
+    from genrl_swarm.lm.policy import SamplingConfig
+    from genrl_swarm.trainers.grpo import GRPOConfig
+
+    with pytest.raises(ValueError, match=r"grpo.off_policy must be none, tis or decoupled, got 'clip'"):
+        GRPOConfig(off_policy="clip")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"grpo.is_cap must be >= 1"):
+        GRPOConfig(is_cap=0.5)
+    with pytest.raises(ValueError, match=r"sampling.top_p must be in \(0, 1\]"):
+        SamplingConfig(top_p=0.0)

@@ -1,4 +1,7 @@
-"""Question/answer tables from a JSONL or Parquet file."""
+"""Question/answer tables from a JSONL or Parquet file.
+
+The answer stays in the task's private part (scoring only); the file's stem is public.
+"""
 
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ class FileQAData(DataManager):
         for i, row in enumerate(rows):
             if question_column not in row or answer_column not in row:
                 raise ValueError(f"{path}: row {i} lacks column {question_column!r} or {answer_column!r}")
-        tasks = [Task.create(str(r[question_column]), answer=str(r[answer_column]), dataset=Path(path).stem) for r in rows]
+        stem = Path(path).stem
+        tasks = [Task.create(str(r[question_column]), answer=str(r[answer_column]), public={"dataset": stem}, dataset=stem) for r in rows]
         random.Random(stable_seed(seed, path)).shuffle(tasks)
         if len(tasks) <= eval_size or tasks_per_round < 1:
             raise ValueError(f"{path}: {len(tasks)} rows cannot serve eval_size={eval_size} and rounds")

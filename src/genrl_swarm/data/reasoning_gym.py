@@ -1,4 +1,8 @@
-"""Reasoning Gym tasks: a weighted mix of any of its datasets, fresh every round."""
+"""Reasoning Gym tasks: a weighted mix of any of its datasets, fresh every round.
+
+A task keeps the answer and Reasoning Gym's entry (which holds the answer too) in its private
+metadata, for scoring; only the dataset name is public, so no stage input carries the truth.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +64,10 @@ class ReasoningGymData(DataManager):
             dataset = reasoning_gym.create_dataset(name, size=size, seed=seed, **self.dataset_config.get(name, {}))
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"reasoning-gym dataset {name!r}: {e}") from e
-        return [Task.create(entry["question"], answer=entry["answer"], dataset=name, entry=entry) for entry in dataset]
+        return [
+            Task.create(entry["question"], answer=entry["answer"], public={"dataset": name}, dataset=name, entry=entry)
+            for entry in dataset
+        ]
 
     def _draw(self, per_name: int, tag: str) -> list[Task]:
         return [t for name in sorted(self.weights) if self.weights[name] > 0 for t in self._items(name, per_name, stable_seed(self.seed, tag, name))]

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ log = logging.getLogger(__name__)
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY = "tiny-random"  # a 2-layer, hidden-64 Llama with an offline-trained tokenizer: tests and benchmarks
+#: transformers' lazy imports are not thread-safe: peers that load models from their own threads
+#: at once can see a half-initialised module ("cannot import name AutoModelForCausalLM").
+_LOAD_LOCK = threading.Lock()
 
 
 class ModelLoadError(RuntimeError):
@@ -76,6 +80,11 @@ def load_model(
     name: str, device: str = "auto", dtype: str = "auto", lora: LoraSettings | None = None
 ) -> tuple[Any, Any]:
     """(model, tokenizer) for a hub id, local directory, ``smollm2`` or ``tiny-random``."""
+    with _LOAD_LOCK:
+        return _load_model(name, device, dtype, lora)
+
+
+def _load_model(name: str, device: str, dtype: str, lora: LoraSettings | None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -95,7 +104,7 @@ def load_model(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # generation appends on the right
-    model.to(dev)
+    model.to(dev)  # type: ignore[arg-type]  # transformers types .to() as a decorated method
     if lora is not None and lora.r > 0:
         model = apply_lora(model, lora)
     return model, tokenizer

@@ -1,16 +1,21 @@
-"""Verifiable rewards: accuracy through Reasoning Gym's own scorers, plus an optional format reward."""
+"""Verifiable rewards: accuracy through Reasoning Gym's own scorers, plus an optional format reward.
+
+Scores are computed on this peer from its private task (answer, Reasoning Gym entry) and the
+text this peer decoded from the rollout's ids (``rollout.texts``): nothing a sender claims
+about its own rollout is read.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from genrl_swarm.core import RewardManager, Rollout, Task
+from genrl_swarm.core import RewardManager, Rollout, StageInput, Task
 from genrl_swarm.lm.answers import answers_match, extract_for, well_formatted
 
 
 def accuracy(task: Task, completion: str) -> float:
     """Score of the completion's extracted answer: Reasoning Gym's scorer for its tasks,
-    numeric/string equality for file tasks. Never the reward a peer claimed."""
+    numeric/string equality for file tasks."""
     answer = extract_for(task.answer, completion)
     entry: dict[str, Any] | None = task.metadata.get("entry")
     if entry is not None:
@@ -21,11 +26,13 @@ def accuracy(task: Task, completion: str) -> float:
 
 
 class ReasoningReward(RewardManager):
+    """``accuracy_weight`` x accuracy + ``format_weight`` x (exactly one ``<answer>`` block)."""
+
     def __init__(self, accuracy_weight: float = 1.0, format_weight: float = 0.0) -> None:
         self.accuracy_weight, self.format_weight = accuracy_weight, format_weight
 
-    def score(self, task: Task, rollout: Rollout) -> list[float]:
+    def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
         return [
-            self.accuracy_weight * accuracy(task, c) + self.format_weight * float(well_formatted(c))
-            for c in rollout.completions
+            self.accuracy_weight * accuracy(task, text) + self.format_weight * float(well_formatted(text))
+            for text in rollout.texts
         ]

@@ -1,1 +1,1 @@
-"""Trainers. GRPO imports torch and transformers, so it is imported from its module."""
+"""Learners. GRPO imports torch and transformers, so it is imported from its module."""

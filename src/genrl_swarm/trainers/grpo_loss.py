@@ -1,8 +1,21 @@
-"""GRPO / DAPO objective as pure tensor functions (tested against hand-computed values).
+"""GRPO / DAPO objective with off-policy correction, as pure tensor functions (tested by hand).
 
 Advantages are normalised within each group of completions of one prompt; the surrogate is
-PPO's clipped ratio with separate lower/upper clip ranges (DAPO's clip-higher); an optional
-k3 KL estimate keeps the policy near a frozen reference.
+PPO's clipped ratio with separate lower/upper clip ranges (DAPO's clip-higher) around the
+*proximal* policy (the learner's own log-probs before this update); an optional k3 KL keeps
+the policy near a frozen reference.
+
+Off-policy correction. A swarm rollout (or one sampled by stale weights, or at another
+temperature) was drawn from a *behaviour* policy mu that is not the proximal policy. The
+per-token weight w = pi_prox / mu (from the sender's behaviour log-probs) corrects for that:
+- ``none``: w is ignored (plain GRPO, biased when mu != pi_prox);
+- ``tis``: truncated importance sampling, the surrogate times min(w, cap) (bounded variance);
+- ``decoupled``: decoupled PPO (AReaL) times w, with tokens whose w exceeds cap masked out
+  (they still count in the normaliser, so micro-batches accumulate to the full batch).
+Weights are detached: they reweigh the gradient, they are not optimised. With nucleus
+sampling (top_p < 1) mu is the renormalised nucleus while pi_prox is the full tempered softmax,
+so even on-policy weights sit below 1 (by the kept mass): the right weight for learning the
+untruncated policy from truncated samples.
 """
 
 from __future__ import annotations
@@ -13,6 +26,10 @@ import torch
 
 Scale = Literal["group", "batch", "none"]
 Aggregation = Literal["token", "sequence"]
+OffPolicy = Literal["none", "tis", "decoupled"]
+
+#: exp() of larger log-weights overflows float32; weights this large are capped or masked anyway.
+MAX_LOG_WEIGHT = 20.0
 
 
 def group_advantages(rewards: list[torch.Tensor], scale: Scale = "group", eps: float = 1e-4) -> list[torch.Tensor]:
@@ -31,7 +48,7 @@ def group_advantages(rewards: list[torch.Tensor], scale: Scale = "group", eps: f
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(pi || ref): exp(ref - logp) - (ref - logp) - 1 (>= 0, unbiased)."""
+    """Per-token k3 estimate of KL(pi || ref) from samples of pi: exp(ref - logp) - (ref - logp) - 1 (>= 0)."""
     delta = ref_logp - logp
     return torch.exp(delta) - delta - 1
 
@@ -55,6 +72,31 @@ def clipped_surrogate(
     return objective, (clipped < unclipped).float()
 
 
+def raw_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token pi_prox / mu, detached (log-weight capped at MAX_LOG_WEIGHT against overflow)."""
+    return torch.exp((prox_logp - behaviour_logp).detach().clamp(max=MAX_LOG_WEIGHT))
+
+
+def importance_weights(
+    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mode: OffPolicy, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-token weight applied to the surrogate, per-token keep mask), both detached.
+
+    ``none``: 1 and keep all; ``tis``: min(pi_prox/mu, cap), keep all; ``decoupled``:
+    pi_prox/mu, keep only tokens with pi_prox/mu <= cap.
+    """
+    raw = raw_weights(prox_logp, behaviour_logp)
+    ones = torch.ones_like(raw)
+    if mode == "none":
+        return ones, ones
+    if mode == "tis":
+        return raw.clamp(max=cap), ones
+    if mode == "decoupled":
+        keep = (raw <= cap).to(raw.dtype)
+        return raw * keep, keep
+    raise ValueError(f"off_policy must be none, tis or decoupled, got {mode!r}")
+
+
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -67,22 +109,30 @@ def grpo_loss(
     aggregation: Aggregation = "token",
     total_tokens: float | None = None,
     total_sequences: float | None = None,
+    behaviour_logp: torch.Tensor | None = None,
+    off_policy: OffPolicy = "none",
+    is_cap: float = 2.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss of a micro-batch, normalised by the *whole* batch's size so accumulating micro-batch
     gradients equals one full-batch step.
 
-    ``token`` aggregation averages over every completion token of the batch (DAPO: long answers
-    count per token); ``sequence`` averages tokens within a sequence, then sequences (GRPO).
+    ``old_logp`` is the proximal policy (clip centre and numerator of the importance weight);
+    ``behaviour_logp`` what the tokens were sampled with. ``token`` aggregation averages over
+    every completion token of the batch (DAPO); ``sequence`` averages tokens within a sequence,
+    then sequences (GRPO). Stats are means over this micro-batch's tokens (``tokens`` of them);
+    the importance-weight stats describe the raw weight pi_prox/mu, whatever the mode.
     """
     objective, clipped = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high)
-    per_token = -objective
+    mask = mask.to(objective.dtype)
+    behaviour = old_logp.detach() if behaviour_logp is None else behaviour_logp
+    weight, _ = importance_weights(old_logp, behaviour, off_policy, is_cap)
+    per_token = -objective * weight
     kl = torch.zeros_like(per_token)
     if beta > 0:
         if ref_logp is None:
             raise ValueError("beta > 0 needs reference log-probs")
         kl = k3_kl(logp, ref_logp)
         per_token = per_token + beta * kl
-    mask = mask.to(per_token.dtype)
     lengths = mask.sum(1).clamp(min=1)
     if aggregation == "token":
         denom = total_tokens if total_tokens is not None else float(mask.sum().clamp(min=1))
@@ -90,9 +140,16 @@ def grpo_loss(
     else:
         denom = total_sequences if total_sequences is not None else float(mask.shape[0])
         loss = ((per_token * mask).sum(1) / lengths).sum() / denom
+    raw = raw_weights(old_logp, behaviour)
     n = float(mask.sum().clamp(min=1))
+    mean = lambda x: float((x * mask).sum()) / n  # noqa: E731 - masked token mean
     stats = {
-        "clip_frac": float((clipped * mask).sum()) / n,
-        "kl": float((kl * mask).sum()) / n,
+        "tokens": float(mask.sum()),
+        "clip_frac": mean(clipped),
+        "kl": mean(kl.detach()),
+        "is_weight_mean": mean(raw),
+        "is_weight_max": float((raw * mask).max()) if mask.any() else 1.0,
+        "is_truncated_frac": mean((raw > is_cap).to(mask.dtype)),
+        "behaviour_kl": mean(k3_kl(behaviour.detach(), old_logp.detach())),
     }
     return loss, stats
