@@ -25,7 +25,7 @@ $(STAMP): $(BIN)/python pyproject.toml Makefile
 install: $(STAMP)
 
 # The LLM swarm: 2 peers post-train SmolLM2-135M-Instruct with GRPO on Reasoning Gym arithmetic.
-DEMO_ARGS ?= 'data.datasets=[basic_arithmetic]' 'data.dataset_config={basic_arithmetic: {max_terms: 2, max_digits: 1}}' \
+DEMO_ARGS ?= 'data.datasets=[basic_arithmetic]' '+data.dataset_config.basic_arithmetic={max_terms: 2, max_digits: 1}' \
              game.max_rounds=6 game.eval_every=3 run.dir=runs/demo
 demo: $(STAMP)
 	$(BIN)/genrl-swarm run --recipe reasoning_gym $(DEMO_ARGS)

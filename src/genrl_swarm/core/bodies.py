@@ -42,9 +42,10 @@ ITEMSIZE: dict[str, int] = {
 def _check_logprobs(values: tuple[float, ...], ids: tuple[int, ...], what: str) -> None:
     if len(values) != len(ids):
         raise ValueError(f"{what}: {len(values)} log-probs for {len(ids)} tokens")
-    for v in values:
-        if not (v <= 0.0 and math.isfinite(v)):  # also rejects NaN
-            raise ValueError(f"{what}: log-prob {v!r} is not a finite value <= 0")
+    # sum/max run in C: a NaN or an infinity makes the sum non-finite (payloads hold 10^5 values).
+    if values and not (math.isfinite(sum(values)) and max(values) <= 0.0):
+        bad = next((v for v in values if not (v <= 0.0 and math.isfinite(v))), values[0])
+        raise ValueError(f"{what}: log-prob {bad!r} is not a finite value <= 0")
 
 
 class Body(msgspec.Struct, frozen=True, tag=True, forbid_unknown_fields=True):
