@@ -188,6 +188,8 @@ def test_check_refuses_foreign_or_forged_bodies(policy: LMPolicy) -> None:
     assert "outside this peer's vocabulary of 512" in str(policy.check(forge(body, samples=(oov,)), inp))
     long = TokenSample((1,) * 7, (-1.0,) * 7, "length")
     assert "more than this peer's max_new_tokens 6" in str(policy.check(forge(body, samples=(long,)), inp))
+    many = body.samples * (policy.sampling.num_generations + 1)
+    assert "more than this peer's num_generations" in str(policy.check(forge(body, samples=many), inp))
 
 
 def test_texts_decode_without_special_tokens(policy: LMPolicy) -> None:

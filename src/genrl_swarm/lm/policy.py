@@ -180,6 +180,8 @@ class LMPolicy(Policy):
         own = self.prompt_ids(input)
         if list(body.prompt_ids) != own:
             return f"prompt_ids differ from the {len(own)} ids this peer builds for task {input.task_id}"
+        if len(body.samples) > self.sampling.num_generations:  # a budget: more samples, more scoring and training
+            return f"{len(body.samples)} samples, more than this peer's num_generations {self.sampling.num_generations}"
         limit = self.sampling.max_new_tokens
         for k, s in enumerate(body.samples):
             if not s.completion_ids:
