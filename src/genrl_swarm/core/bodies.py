@@ -39,7 +39,8 @@ ITEMSIZE: dict[str, int] = {
 }  # fmt: skip
 
 
-def _check_logprobs(values: tuple[float, ...], ids: tuple[int, ...], what: str) -> None:
+def check_logprobs(values: tuple[float, ...], ids: tuple[Any, ...], what: str) -> None:
+    """One finite log-prob <= 0 per item; bodies call it in ``__post_init__`` (so on decode)."""
     if len(values) != len(ids):
         raise ValueError(f"{what}: {len(values)} log-probs for {len(ids)} tokens")
     # sum/max run in C: a NaN or an infinity makes the sum non-finite (payloads hold 10^5 values).
@@ -70,7 +71,7 @@ class TokenSample(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     finish_reason: Literal["stop", "length"]
 
     def __post_init__(self) -> None:
-        _check_logprobs(self.logprobs, self.completion_ids, "completion")
+        check_logprobs(self.logprobs, self.completion_ids, "completion")
 
 
 class TokenRollout(Body, frozen=True, tag="tokens"):
@@ -97,7 +98,7 @@ class Turn(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         if self.role == "assistant":
-            _check_logprobs(self.logprobs, self.token_ids, "assistant turn")
+            check_logprobs(self.logprobs, self.token_ids, "assistant turn")
         elif self.logprobs:
             raise ValueError(f"a {self.role} turn was not sampled and has no log-probs")
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from genrl_swarm.core.interfaces import (
     Communication,
@@ -30,7 +30,8 @@ from genrl_swarm.core.interfaces import (
     RunInterrupted,
 )
 from genrl_swarm.core.state import GameState
-from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards
+from genrl_swarm.core.bodies import Body
+from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards, StageInput
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,7 @@ class GameManager:
             return swarm
         return wanted
 
-    def _act(self, inputs: Sequence[Any], stage: int) -> list[Any]:
+    def _act(self, inputs: Sequence[StageInput], stage: int) -> list[Body]:
         bodies = self.policy.act(inputs, stage) if inputs else []
         if len(bodies) != len(inputs):
             raise ValueError(f"policy.act returned {len(bodies)} bodies for {len(inputs)} inputs")

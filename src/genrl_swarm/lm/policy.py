@@ -97,6 +97,7 @@ class LMPolicy(Policy):
         self.fingerprint = tokenizer_fingerprint(self.tokenizer)
         self.version = 0
         self._stop = threading.Event()
+        self._prompt_cache: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ prompts
     def chat(self, prompt: str) -> str:
@@ -108,8 +109,14 @@ class LMPolicy(Policy):
         return f"{self.system_prompt}\n\n{prompt}\n" if self.system_prompt else prompt
 
     def prompt_ids(self, input: StageInput) -> list[int]:
-        """This peer's ids for ``input``: what it samples from and what peers' bodies must carry."""
-        return list(self.tokenizer(self.chat(input.prompt), add_special_tokens=False)["input_ids"])
+        """This peer's ids for ``input``: what it samples from and what peers' bodies must carry.
+        Cached by digest: ``check`` asks again for every peer's body of the same input."""
+        ids = self._prompt_cache.get(input.digest)
+        if ids is None:
+            if len(self._prompt_cache) > 4096:  # one round's inputs are what matters
+                self._prompt_cache.clear()
+            ids = self._prompt_cache[input.digest] = list(self.tokenizer(self.chat(input.prompt), add_special_tokens=False)["input_ids"])
+        return list(ids)
 
     # ------------------------------------------------------------------ acting
     def generate(self, prompts: Sequence[Sequence[int]], n: int, greedy: bool = False) -> Sampled:

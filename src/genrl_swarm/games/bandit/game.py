@@ -26,6 +26,7 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
+from genrl_swarm.core.bodies import check_logprobs
 from genrl_swarm.core import (
     Body,
     DataManager,
@@ -50,8 +51,7 @@ class ArmPulls(Body, frozen=True, tag="arms"):
     policy_version: Annotated[int, msgspec.Meta(ge=0)] = 0
 
     def __post_init__(self) -> None:
-        if len(self.logprobs) != len(self.arms) or not all(-1e4 < lp <= 0.0 for lp in self.logprobs):
-            raise ValueError("need one finite log-prob <= 0 per arm")
+        check_logprobs(self.logprobs, self.arms, "arm pulls")
 
     @property
     def num_samples(self) -> int:
