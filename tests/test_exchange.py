@@ -13,7 +13,7 @@ from genrl_swarm.comm.codec import Codec
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import GameConfig, GameManager, Task
 
-from conftest import Echo, RecordingGame, echo
+from conftest import Echo, RecordingGame, Stranger, echo
 
 
 def rollout(peer: str, r: int = 0, s: int = 0, text: str = "x") -> Echo:
@@ -23,16 +23,25 @@ def rollout(peer: str, r: int = 0, s: int = 0, text: str = "x") -> Echo:
 def test_garbage_and_spoofed_payloads_are_dropped(caplog: pytest.LogCaptureFixture) -> None:
     swarm = InMemorySwarm()
     me = InMemoryBackend(swarm, "me")
-    swarm.post(0, 0, "garbage", b"\x00\xff not msgpack")
-    swarm.post(0, 0, "spoofer", Codec().encode("me", 0, 0, [rollout("me")]))  # claims to be me
-    swarm.post(0, 0, "liar", Codec().encode("liar", 5, 0, [rollout("liar", r=5)]))  # wrong round
-    swarm.post(0, 0, "honest", Codec().encode("honest", 0, 0, [rollout("honest")]))
+    garbage, spoofer, liar, honest = (Stranger(swarm) for _ in range(4))
+    garbage.swarm.post(0, 0, "commit", garbage.peer_id, b"\x00\xff not msgpack")
+    spoofer.send(0, 0, [rollout("me")], envelope_sender="me")  # claims to be me inside its envelope
+    liar.commit(0, 0, Codec().encode(liar.peer_id, 5, 0, [rollout("liar", r=5)]))  # commits for round 0 ...
+    liar.reveal(0, 0, Codec().encode(liar.peer_id, 5, 0, [rollout("liar", r=5)]))  # ... an envelope for round 5
+    honest.send(0, 0, [rollout("honest")])
     with caplog.at_level(logging.WARNING):
         result = me.exchange(0, 0, [rollout("me")], timeout=1.0, body_type=Echo)
-    assert sorted(result.received) == ["honest", "me"]
-    assert sorted(result.dropped) == ["garbage", "liar", "spoofer"]
+    assert sorted(result.received) == sorted(["me", honest.peer_id])
+    assert sorted(result.dropped) == sorted([garbage.peer_id, spoofer.peer_id, liar.peer_id])
     assert me.dropped_total == 3
-    assert "dropped payload from garbage" in caplog.text
+    assert f"dropped payload from {garbage.peer_id}" in caplog.text
+
+
+def test_a_member_slot_cannot_be_written_by_anyone_else() -> None:
+    swarm = InMemorySwarm()
+    InMemoryBackend(swarm, "me")
+    with pytest.raises(PermissionError):
+        swarm.post(0, 0, "commit", "me", b"overwrite")
 
 
 def test_exchange_returns_at_deadline_with_what_arrived() -> None:
@@ -49,7 +58,7 @@ def test_oversized_own_payload_is_refused_before_sending() -> None:
     a = InMemoryBackend(swarm, "a", max_bytes=64)
     with pytest.raises(ValueError, match="over the limit"):
         a.exchange(0, 0, [rollout("a", text="p" * 100)], timeout=0.1)
-    assert not swarm.collect(0, 0, timeout=0)
+    assert not swarm.collect(0, 0, "commit", timeout=0)
 
 
 def test_duplicate_peer_id_refused() -> None:
@@ -69,10 +78,11 @@ def test_round_goes_on_with_a_bad_peer_in_the_swarm() -> None:
         while not stop.is_set():
             for r in range(3):
                 for s in range(2):
-                    swarm.post(r, s, "vandal", b"\x92\x01")
+                    swarm.post(r, s, "commit", "vandal", b"\x92\x01")
             time.sleep(0.01)
 
     threading.Thread(target=vandal, daemon=True).start()
+    # The vandal is quarantined after its first round: later rounds do not read it at all.
     results: dict[str, list] = {}
 
     def play(comm: InMemoryBackend) -> None:
@@ -90,7 +100,8 @@ def test_round_goes_on_with_a_bad_peer_in_the_swarm() -> None:
     for rounds in results.values():
         assert [r.round for r in rounds] == [0, 1, 2]
         assert all(sorted(r.rewards) == ["peer-0", "peer-1"] for r in rounds)
-        assert all(r.metrics["swarm/dropped_s0"] == 1 and r.dropped == {"vandal": 2} for r in rounds)
+        assert rounds[0].dropped == {"vandal": 2} and all(r.dropped == {} for r in rounds[1:])
+        assert all(r.metrics["trust/quarantined"] == 1 for r in rounds)
 
 
 def test_interrupt_ends_a_waiting_exchange_at_once() -> None:

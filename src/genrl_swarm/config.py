@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
 from genrl_swarm.core.game import GameConfig
+from genrl_swarm.core.trust import TrustConfig
 
 T = TypeVar("T")
 
@@ -109,6 +110,7 @@ class RecipeSchema:
     game: Any = _defaults(GameConfig)
     swarm: Any = _defaults(SwarmConfig)
     run: Any = _defaults(RunConfig, dir="runs/${name}")
+    trust: Any = _defaults(TrustConfig)
     data: Any = None
     reward: Any = None
     policy: Any = None
@@ -119,7 +121,7 @@ class RecipeSchema:
 
 ConfigStore.instance().store(name="genrl_swarm_base", node=RecipeSchema)
 
-SECTIONS: dict[str, type] = {"game": GameConfig, "swarm": SwarmConfig, "run": RunConfig}
+SECTIONS: dict[str, type] = {"game": GameConfig, "swarm": SwarmConfig, "run": RunConfig, "trust": TrustConfig}
 COMPONENTS = ("data", "reward", "policy", "learner", "communication", "coordinator")
 OPTIONAL = frozenset({"learner"})  # learner: null = act and share only
 #: Arguments the launcher passes itself, so a recipe need not (and the check does not demand them).

@@ -1,27 +1,40 @@
 """ByteBackend: the shared half of every backend.
 
-A backend only moves opaque bytes (``_exchange_bytes``); encoding, validation, identity
-checks and dropping bad payloads happen here once, so all backends treat peers the same.
+A backend only moves opaque bytes (``_exchange_bytes``); signatures, commitments, encoding,
+validation and dropping bad payloads happen here once, so all backends treat peers the same.
+
+One exchange is two phases through the transport:
+
+1. **commit**: each peer publishes a signed ``Commitment`` (sha256 and size of its payload,
+   bound to swarm, round and stage). Signatures are checked before anything is parsed.
+2. **reveal**: each peer publishes its payload. A payload counts only if its sender committed
+   to exactly these bytes in phase 1, so nobody can re-send a payload it saw revealed as its
+   own, and the order of commitments says who produced identical content first.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, PayloadError
+from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, PayloadError, encode_signed, open_commitment
 from genrl_swarm.core.bodies import Body
-from genrl_swarm.core.interfaces import Communication, ExchangeResult
+from genrl_swarm.core.identity import Identity, public_key_of, verify_key
+from genrl_swarm.core.interfaces import LATE, Communication, ExchangeResult
 
 log = logging.getLogger(__name__)
+Phase = Literal["commit", "reveal"]
 
 
 @dataclass(frozen=True)
 class RawExchange:
-    """What a transport collected: sender id (as the transport authenticated it) -> bytes."""
+    """What a transport collected, in arrival order: sender id -> bytes. The sender id is the
+    one the transport saw (authenticated on HiveMind streams; only claimed on a board)."""
 
     payloads: dict[str, bytes]
     expected: int | None = None
@@ -32,8 +45,14 @@ class ByteBackend(Communication):
     #: torchrun the launcher swaps them for the torch backend, one peer per rank.
     in_process: ClassVar[bool] = False
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, identity: Identity | None = None, swarm: str = "genrl-swarm") -> None:
         self.codec = Codec(max_bytes)
+        self.identity = identity or Identity.generate()
+        self.swarm_id = swarm
+        self.account = ""  # this peer's chain account, signed into its commitments
+        #: Public keys of peers whose ids do not embed one (named peers on a board or torch
+        #: ranks), as the membership layer announced them.
+        self.keys: dict[str, bytes] = {}
         self.dropped_total = 0  # bad payloads over this backend's life
 
     @classmethod
@@ -44,30 +63,89 @@ class ByteBackend(Communication):
         return [cls(**kwargs)]
 
     @abstractmethod
-    def _exchange_bytes(self, round: int, stage: int, data: bytes, timeout: float) -> RawExchange:
-        """Publish ``data`` and collect the other peers' bytes for (round, stage) within ``timeout``."""
+    def _exchange_bytes(
+        self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None
+    ) -> RawExchange:
+        """Publish ``data`` for (round, stage, phase) and collect the other peers' bytes within
+        ``timeout``. ``wait_for``: the peers worth waiting for (None: every member)."""
+
+    def claim_account(self, account: str) -> None:
+        self.account = account
+
+    def verify(self, sender: str, message: bytes, signature: bytes) -> bool:
+        return verify_key(self.keys.get(sender) or public_key_of(sender), message, signature)
 
     def exchange(
-        self, round: int, stage: int, bodies: Sequence[Body], timeout: float, body_type: type[Body] = Body
+        self,
+        round: int,
+        stage: int,
+        bodies: Sequence[Body],
+        timeout: float,
+        body_type: type[Body] = Body,
+        ignore: Collection[str] = frozenset(),
     ) -> ExchangeResult:
-        data = self.codec.encode(self.peer_id, round, stage, bodies)
-        raw = self._exchange_bytes(round, stage, data, timeout)
-        received: dict[str, tuple[Body, ...]] = {self.peer_id: tuple(bodies)}
+        deadline = time.monotonic() + timeout
+        payload = self.codec.encode(self.peer_id, round, stage, bodies)
+        mine = Commitment(self.swarm_id, round, stage, self.peer_id, hashlib.sha256(payload).digest(), len(payload), self.account)
         dropped: dict[str, str] = {}
-        for sender, blob in raw.payloads.items():
+        commits = self._commitments(round, stage, encode_signed("commit", mine, self.identity.sign), deadline, ignore, dropped)
+        reveal = self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), frozenset(commits) | {self.peer_id})
+        received: dict[str, tuple[Body, ...]] = {}
+        for sender in commits:  # commitment order: who produced identical content first
             if sender == self.peer_id:
+                received[sender] = tuple(bodies)
                 continue
             try:
-                envelope = self.codec.decode(blob, body_type)
-                if (envelope.sender, envelope.round, envelope.stage) != (sender, round, stage):
-                    raise PayloadError(
-                        f"envelope says {envelope.sender} r{envelope.round}/s{envelope.stage}, "
-                        f"transport says {sender} r{round}/s{stage}"
-                    )
+                received[sender] = self._open(reveal.payloads.get(sender), commits[sender], body_type)
             except PayloadError as e:
                 dropped[sender] = str(e)
-                log.warning("%s dropped payload from %s (r%d/s%d): %s", self.peer_id, sender, round, stage, e)
-                continue
-            received[sender] = envelope.bodies
+        for sender, why in dropped.items():
+            log.warning("%s dropped payload from %s (r%d/s%d): %s", self.peer_id, sender, round, stage, why)
         self.dropped_total += len(dropped)
-        return ExchangeResult(received, dropped, raw.expected)
+        return ExchangeResult(
+            received,
+            dropped,
+            reveal.expected,
+            sizes={s: c.size for s, c in commits.items()},
+            accounts={s: c.account for s, c in commits.items() if c.account},
+        )
+
+    def _commitments(
+        self, round: int, stage: int, signed: bytes, deadline: float, ignore: Collection[str], dropped: dict[str, str]
+    ) -> dict[str, Commitment]:
+        """Every valid commitment for (round, stage), this peer's own first. Quarantined
+        senders (``ignore``) are skipped unread; a forged, replayed or oversized one is dropped."""
+        raw = self._exchange_bytes(round, stage, "commit", signed, _left(deadline))
+        commits: dict[str, Commitment] = {self.peer_id: open_commitment(signed, lambda m, s: True)}
+        for sender, blob in raw.payloads.items():
+            if sender in ignore or sender == self.peer_id:
+                continue
+            try:
+                record = open_commitment(blob, lambda message, signature: self.verify(sender, message, signature))
+                where = (record.swarm, record.round, record.stage, record.sender)
+                if where != (self.swarm_id, round, stage, sender):
+                    raise PayloadError(f"commitment is for {where}, not ({self.swarm_id!r}, {round}, {stage}, {sender!r})")
+                if record.size > self.codec.max_bytes:
+                    raise PayloadError(f"commits to {record.size} bytes, over the limit of {self.codec.max_bytes}")
+            except PayloadError as e:
+                dropped[sender] = str(e)
+                continue
+            commits[sender] = record
+        return commits
+
+    def _open(self, blob: Any, commitment: Commitment, body_type: type[Body]) -> tuple[Body, ...]:
+        if blob is None:
+            raise PayloadError(f"{LATE} before the deadline")
+        if not isinstance(blob, bytes) or len(blob) != commitment.size or hashlib.sha256(blob).digest() != commitment.digest:
+            raise PayloadError("revealed payload does not match its commitment")
+        envelope = self.codec.decode(blob, body_type)
+        if (envelope.sender, envelope.round, envelope.stage) != (commitment.sender, commitment.round, commitment.stage):
+            raise PayloadError(
+                f"envelope says {envelope.sender} r{envelope.round}/s{envelope.stage}, its commitment "
+                f"{commitment.sender} r{commitment.round}/s{commitment.stage}"
+            )
+        return tuple(envelope.bodies)
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.0)

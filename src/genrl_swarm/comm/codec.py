@@ -9,14 +9,18 @@ drop and count it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from genrl_swarm.core.bodies import Body, Envelope
+from genrl_swarm.core.identity import SIGNATURE_BYTES
 from genrl_swarm.core.types import FORMAT_VERSION
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+#: A signed commitment is a few hundred bytes; anything bigger is not one.
+MAX_RECORD_BYTES = 2048
+_Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 
 
 class PayloadError(ValueError):
@@ -59,3 +63,56 @@ class Codec:
         if envelope.version != FORMAT_VERSION:
             raise PayloadError(f"format version {envelope.version}, this peer speaks {FORMAT_VERSION}")
         return envelope
+
+
+class Commitment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a peer promises to reveal for (swarm, round, stage): the sha256 and size of its
+    payload, published before anyone reveals. A copier cannot commit to a payload it has not
+    seen yet, and a record signed for one (swarm, round, stage) is useless for another."""
+
+    swarm: _Name
+    round: Annotated[int, msgspec.Meta(ge=0)]
+    stage: Annotated[int, msgspec.Meta(ge=0)]
+    sender: _Name
+    digest: Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
+    size: Annotated[int, msgspec.Meta(ge=0)]
+    account: Annotated[str, msgspec.Meta(max_length=128)] = ""  # the sender's chain account, if any
+
+
+class Signed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A record and its signer's signature over ``DOMAIN + kind + record``."""
+
+    kind: Literal["commit"]
+    record: Annotated[bytes, msgspec.Meta(max_length=MAX_RECORD_BYTES)]
+    signature: Annotated[bytes, msgspec.Meta(min_length=SIGNATURE_BYTES, max_length=SIGNATURE_BYTES)]
+
+
+DOMAIN = b"genrl-swarm/v2/"
+_signed_decoder = msgspec.msgpack.Decoder(Signed)
+_commitment_decoder = msgspec.msgpack.Decoder(Commitment)
+
+
+def signed_message(kind: str, record: bytes) -> bytes:
+    return DOMAIN + kind.encode() + b"/" + record
+
+
+def encode_signed(kind: Literal["commit"], record: msgspec.Struct, sign: Any) -> bytes:
+    raw = msgspec.msgpack.encode(record)
+    return msgspec.msgpack.encode(Signed(kind, raw, sign(signed_message(kind, raw))))
+
+
+def open_commitment(data: bytes, verify: Any) -> Commitment:
+    """The commitment in ``data`` if ``verify(sender, message, signature)`` accepts it. The
+    signature is checked before the record is parsed; every failure is a PayloadError."""
+    if not isinstance(data, bytes) or len(data) > MAX_RECORD_BYTES + 256:
+        raise PayloadError("not a signed commitment (wrong type or too large)")
+    try:
+        signed = _signed_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise PayloadError(f"bad signed record: {str(e)[:200]}") from e
+    if not verify(signed_message(signed.kind, signed.record), signed.signature):
+        raise PayloadError("commitment signature does not verify under the sender's id")
+    try:
+        return _commitment_decoder.decode(signed.record)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise PayloadError(f"bad commitment: {str(e)[:200]}") from e

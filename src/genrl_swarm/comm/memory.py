@@ -1,47 +1,81 @@
 """Several peers in one process (threads): for tests, notebooks and the demo.
 
-Payloads still go through the codec, so a game that works here works on the wire.
+Payloads still go through signatures, commitments and the codec, so a game that works here
+works on the wire. The board plays an authenticated transport: a member's slot can only be
+written through the handle it got when joining, as a libp2p stream can only come from the key
+that opened it. Strangers may post under ids of their own; the checks in ``ByteBackend`` decide.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import defaultdict
+from collections.abc import Collection
 from typing import Any
 
-from genrl_swarm.comm.base import ByteBackend, RawExchange
+from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES
+from genrl_swarm.core.identity import Identity
 from genrl_swarm.core.interfaces import Communication
+
+Slot = tuple[int, int, str]  # round, stage, phase
 
 
 class InMemorySwarm:
     """The shared board peers post to; one condition variable wakes the waiters."""
 
-    def __init__(self, keep_rounds: int = 4) -> None:
+    def __init__(self, keep_rounds: int = 4, max_boards_per_sender: int = 64) -> None:
         self.members: set[str] = set()
-        self._boards: dict[tuple[int, int], dict[str, bytes]] = {}
+        self.keys: dict[str, bytes] = {}  # member -> public key, announced on joining
+        self._handles: dict[str, object] = {}
+        self._boards: dict[Slot, dict[str, bytes]] = {}
+        self._slots_of: defaultdict[str, list[Slot]] = defaultdict(list)
+        self._playing: dict[str, int] = {}  # member -> latest round it posted
         self._cond = threading.Condition()
-        self._keep_rounds = keep_rounds
+        self._keep_rounds, self._max_boards = keep_rounds, max_boards_per_sender
         self._interrupted = False
 
-    def join(self, peer_id: str) -> None:
+    def join(self, peer_id: str, public_key: bytes) -> object:
+        """Add a member; returns the handle its posts must carry."""
         with self._cond:
             if peer_id in self.members:
                 raise ValueError(f"peer id {peer_id!r} is already in this swarm")
             self.members.add(peer_id)
+            self.keys[peer_id] = public_key
+            handle = self._handles[peer_id] = object()
+            return handle
 
     def leave(self, peer_id: str) -> None:
         with self._cond:
             self.members.discard(peer_id)
+            self._playing.pop(peer_id, None)
             self._cond.notify_all()
 
-    def post(self, round: int, stage: int, sender: str, data: bytes) -> None:
-        """Publish bytes; tests also use it to play a misbehaving peer."""
+    def post(self, round: int, stage: int, phase: Phase, sender: str, data: bytes, handle: object | None = None) -> None:
+        """Publish bytes; tests also use it to play a misbehaving peer. A member's slot needs its
+        handle. Boards are pruned by where the *members* play, so a post for a far-future round
+        cannot push the current ones out, and each sender holds a bounded number of boards."""
         with self._cond:
-            self._boards.setdefault((round, stage), {})[sender] = data
-            for key in [k for k in self._boards if k[0] < round - self._keep_rounds]:
-                del self._boards[key]
+            if sender in self._handles and handle is not self._handles[sender]:
+                raise PermissionError(f"only {sender} can post as {sender}")
+            slot = (round, stage, phase)
+            board = self._boards.setdefault(slot, {})
+            if sender not in board:
+                self._slots_of[sender].append(slot)
+            board[sender] = data
+            if sender in self.members:
+                self._playing[sender] = max(self._playing.get(sender, 0), round)
+            self._prune(sender)
             self._cond.notify_all()
+
+    def _prune(self, sender: str) -> None:
+        slots = self._slots_of[sender]
+        while len(slots) > self._max_boards:
+            self._boards.get(slots.pop(0), {}).pop(sender, None)
+        oldest = min(self._playing.values(), default=0) - self._keep_rounds
+        for slot in [s for s in self._boards if s[0] < oldest]:
+            del self._boards[slot]
 
     def interrupt(self) -> None:
         """End every wait now and from now on (the run is stopping)."""
@@ -49,14 +83,18 @@ class InMemorySwarm:
             self._interrupted = True
             self._cond.notify_all()
 
-    def collect(self, round: int, stage: int, timeout: float) -> dict[str, bytes]:
-        """Wait until every member posted for (round, stage), the deadline, or an interrupt."""
+    def collect(
+        self, round: int, stage: int, phase: Phase, timeout: float, wait_for: Collection[str] | None = None
+    ) -> dict[str, bytes]:
+        """Wait until everyone in ``wait_for`` (default: every member) posted for the slot, the
+        deadline, or an interrupt; returns the board in posting order."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                board = self._boards.get((round, stage), {})
+                board = self._boards.get((round, stage, phase), {})
+                wanted = self.members if wait_for is None else set(wait_for)
                 remaining = deadline - time.monotonic()
-                if self.members <= board.keys() or remaining <= 0 or self._interrupted:
+                if wanted <= board.keys() or remaining <= 0 or self._interrupted:
                     return dict(board)
                 self._cond.wait(remaining)
 
@@ -64,10 +102,11 @@ class InMemorySwarm:
 class InMemoryBackend(ByteBackend):
     in_process = True
 
-    def __init__(self, swarm: InMemorySwarm, peer_id: str, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        super().__init__(max_bytes)
+    def __init__(self, swarm: InMemorySwarm, peer_id: str, max_bytes: int = DEFAULT_MAX_BYTES, identity: Identity | None = None) -> None:
+        super().__init__(max_bytes, identity)
         self.swarm, self._peer_id = swarm, peer_id
-        swarm.join(peer_id)
+        self._handle = swarm.join(peer_id, self.identity.public_key)
+        self.keys = swarm.keys  # members' keys, as they announced them on joining
 
     @classmethod
     def spawn(cls, num_peers: int, **kwargs: Any) -> list[Communication]:
@@ -78,9 +117,11 @@ class InMemoryBackend(ByteBackend):
     def peer_id(self) -> str:
         return self._peer_id
 
-    def _exchange_bytes(self, round: int, stage: int, data: bytes, timeout: float) -> RawExchange:
-        self.swarm.post(round, stage, self.peer_id, data)
-        return RawExchange(self.swarm.collect(round, stage, timeout), expected=len(self.swarm.members))
+    def _exchange_bytes(
+        self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None
+    ) -> RawExchange:
+        self.swarm.post(round, stage, phase, self.peer_id, data, self._handle)
+        return RawExchange(self.swarm.collect(round, stage, phase, timeout, wait_for), expected=len(self.swarm.members))
 
     def interrupt(self) -> None:
         self.swarm.interrupt()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from genrl_swarm.comm.base import ByteBackend, RawExchange
+from collections.abc import Collection
+
+from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES
 
 
@@ -17,5 +19,7 @@ class NullBackend(ByteBackend):
     def peer_id(self) -> str:
         return self._peer_id
 
-    def _exchange_bytes(self, round: int, stage: int, data: bytes, timeout: float) -> RawExchange:
+    def _exchange_bytes(
+        self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None
+    ) -> RawExchange:
         return RawExchange({}, expected=1)

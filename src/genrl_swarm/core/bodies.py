@@ -60,6 +60,18 @@ class Body(msgspec.Struct, frozen=True, tag=True, forbid_unknown_fields=True):
     def num_samples(self) -> int:
         return 1
 
+    @property
+    def units(self) -> int:
+        """The work a receiver spends on this body (tokens, steps, samples): what per-sender
+        budgets count."""
+        return self.num_samples
+
+    def content_key(self) -> bytes | None:
+        """What a producer did, as bytes (sampled ids, actions), for spotting a sender that
+        re-sends another's work as its own. None for bodies where honest peers often agree
+        exactly (a bandit's arm picks): those are never treated as copies."""
+        return None
+
 
 # --------------------------------------------------------------------------- LM tokens
 class TokenSample(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -85,6 +97,13 @@ class TokenRollout(Body, frozen=True, tag="tokens"):
     @property
     def num_samples(self) -> int:
         return len(self.samples)
+
+    @property
+    def units(self) -> int:
+        return len(self.prompt_ids) + sum(len(x.completion_ids) for x in self.samples)
+
+    def content_key(self) -> bytes | None:
+        return msgspec.msgpack.encode([x.completion_ids for x in self.samples])
 
 
 # --------------------------------------------------------------------------- tool episodes
@@ -114,6 +133,13 @@ class Episode(Body, frozen=True, tag="episode"):
     def __post_init__(self) -> None:
         if sum(len(t.token_ids) for t in self.turns) > MAX_TOKENS * 4:
             raise ValueError("episode is longer than the token ceiling")
+
+    @property
+    def units(self) -> int:
+        return sum(len(t.token_ids) for t in self.turns)
+
+    def content_key(self) -> bytes | None:
+        return msgspec.msgpack.encode([t.token_ids for t in self.turns if t.role == "assistant"])
 
     @property
     def token_ids(self) -> list[int]:
@@ -183,6 +209,13 @@ class Trajectory(Body, frozen=True, tag="trajectory"):
     policy_version: Version = 0
 
     FIELDS: ClassVar[tuple[str, ...]] = ("observations", "actions", "rewards", "dones", "action_masks", "logprobs", "values")
+
+    @property
+    def units(self) -> int:
+        return self.steps
+
+    def content_key(self) -> bytes | None:
+        return self.actions.data
 
     def __post_init__(self) -> None:
         for name in self.FIELDS:

@@ -19,9 +19,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
+from genrl_swarm.core.bodies import Body
 from genrl_swarm.core.interfaces import (
     Communication,
     Coordinator,
+    LATE,
     DataManager,
     ExchangeResult,
     Learner,
@@ -30,7 +32,7 @@ from genrl_swarm.core.interfaces import (
     RunInterrupted,
 )
 from genrl_swarm.core.state import GameState
-from genrl_swarm.core.bodies import Body
+from genrl_swarm.core.trust import SenderBook, TrustConfig
 from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards, StageInput
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class GameManager:
         config: GameConfig | None = None,
         hooks: Hooks | None = None,
         start_round: int = 0,
+        trust: TrustConfig | None = None,
     ) -> None:
         self.data, self.reward, self.policy, self.learner = data, reward, policy, learner
         self.comm, self.coordinator = comm, coordinator
@@ -88,6 +91,8 @@ class GameManager:
         self.start_round = start_round  # > 0 when resuming from a checkpoint
         self.interrupted = False
         self._stop = threading.Event()
+        self.book = SenderBook(trust or TrustConfig(), comm.peer_id)
+        comm.claim_account(coordinator.account)  # signed into commitments: how peers credit it on chain
 
     @property
     def peer_id(self) -> str:
@@ -112,31 +117,64 @@ class GameManager:
     def play_round(self, r: int) -> RoundResult:
         state, metrics = GameState(r, self.peer_id), dict[str, float]()
         state.set_tasks(self.data.round_tasks(r))
-        per_stage = self.config.train_every == "stage"
+        per_stage, budget = self.config.train_every == "stage", self.book.config.cpu_budget
         for s in range(self.config.num_stages):
-            inputs = self.data.stage_inputs(state, s)
+            inputs = self._stage_inputs(state, s)
             with _timed(metrics, f"time/generate_s{s}"):
                 bodies = self._act(inputs, s)
             with _timed(metrics, f"time/exchange_s{s}"):
-                exchange = self.comm.exchange(r, s, bodies, self.config.exchange_timeout, self.policy.body_type)
-            self._check_stop()
-            state.drops.extend(Drop(peer, s, None, why) for peer, why in exchange.dropped.items())
-            refused = state.record(s, inputs, exchange.received, self.policy.check, self.policy.texts)
-            metrics |= {f"swarm/peers_s{s}": len(exchange.received), f"swarm/dropped_s{s}": len(exchange.dropped) + len(refused)}
+                exchange, received = self._exchange(state, r, s, bodies)
+            refused = state.record(s, inputs, received, self.policy.check, self.policy.texts, budget)
+            metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(refused)}
             _fire(self.hooks.after_stage, self, state, s, exchange)
             if per_stage:
-                metrics |= self._train(state, self.reward.score_state(state, stage=s), f"_s{s}")
-        rewards = self.reward.score_state(state)
+                metrics |= self._train(state, self.reward.score_state(state, s, budget), f"_s{s}")
+        rewards = self.reward.score_state(state, cpu_budget=budget)
         _fire(self.hooks.after_rewards, self, state, rewards)
         if not per_stage:
             metrics |= self._train(state, rewards, "")
         if self._eval_due(r):
             metrics |= self.evaluate()
+        self.book.close_round(r, state.drops)
+        metrics |= self.book.counters() | {"trust/quarantined": float(len(self.book.quarantined(r + 1)))}
         result = RoundResult(r, self.peer_id, rewards.mean_by_peer(), rewards.winners(), metrics, state.drops_by_peer())
         self.coordinator.report(result)
         self.coordinator.finish_round(r)
         _fire(self.hooks.after_round, self, result)
         return result
+
+    def _exchange(self, state: GameState, r: int, s: int, bodies: Sequence[Body]) -> tuple[ExchangeResult, dict[str, tuple[Body, ...]]]:
+        """Send this stage's bodies; what the swarm sent, minus payloads dropped by the backend
+        and senders over their budgets (each drop recorded in ``state``)."""
+        body_type, quarantined = self.policy.body_type, self.book.quarantined(r)
+        exchange = self.comm.exchange(r, s, bodies, self.config.exchange_timeout, body_type, quarantined)
+        self._check_stop()
+        self.coordinator.learn_accounts(exchange.accounts)
+        drops = [Drop(peer, s, None, why, "late" if why.startswith(LATE) else "payload") for peer, why in exchange.dropped.items()]
+        drops += self.book.over_budget(s, exchange.received, exchange.sizes)
+        state.drops.extend(drops)
+        over = {d.peer_id for d in drops}
+        return exchange, {peer: b for peer, b in exchange.received.items() if peer not in over}
+
+    def _stage_inputs(self, state: GameState, stage: int) -> list[StageInput]:
+        """``data.stage_inputs``, isolated per sender: if building later-stage inputs fails on
+        the swarm's rollouts, each sender is tried alone with this peer's own; those it fails
+        on are dropped from the round and the inputs are built without them."""
+        try:
+            return self.data.stage_inputs(state, stage)
+        except Exception as error:  # noqa: BLE001 - retried per sender below; re-raised if it is ours
+            everyone, culprits = state.rollouts, []
+            for peer in [p for p in state.peers() if p != self.peer_id]:
+                state.rollouts = [x for x in everyone if x.peer_id in (peer, self.peer_id)]
+                try:
+                    self.data.stage_inputs(state, stage)
+                except Exception as e:  # noqa: BLE001 - this sender's bodies break game code
+                    culprits.append(Drop(peer, stage, None, f"building stage-{stage} inputs failed: {type(e).__name__}: {e}", "scoring"))
+            state.rollouts = [x for x in everyone if x.peer_id not in {d.peer_id for d in culprits}]
+            if not culprits:
+                raise error
+            state.drops.extend(culprits)
+            return self.data.stage_inputs(state, stage)
 
     def stop(self) -> None:
         """Ask this peer to stop soon (from another thread): the current act or exchange ends

@@ -9,8 +9,11 @@ process, or with rollout workers and a learner apart (Ray), or with a JAX policy
 from __future__ import annotations
 
 import logging
+import math
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -56,25 +59,33 @@ class RewardManager(ABC):
     def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
         """One reward per sample of ``rollout``, which answered ``input`` (this peer's own)."""
 
-    def score_state(self, state: GameState, stage: int | None = None) -> RoundRewards:
+    def score_state(self, state: GameState, stage: int | None = None, cpu_budget: float = math.inf) -> RoundRewards:
         """Score every accepted rollout (own and swarm) of ``stage`` (all stages if None).
 
         Scoring a peer's body is game code running on a stranger's data: if it raises, that
-        body is dropped for the round (and counted against its sender), never the peer.
+        body is dropped for the round (and counted against its sender), never the peer; a
+        sender whose bodies take over ``cpu_budget`` seconds of CPU loses the rest of them.
         Errors on this peer's own rollouts are bugs and propagate.
         """
-        scored = []
+        scored, spent = [], defaultdict[str, float](float)
         for r in state.select(stage=stage):
+            own = r.peer_id == state.peer_id
+            if not own and spent[r.peer_id] > cpu_budget:
+                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring its bodies took over {cpu_budget:.2f}s of CPU", "cpu"))
+                continue
+            start = time.thread_time()
             try:
                 rewards = [float(x) for x in self.score(state.tasks[r.task_id], state.input_for(r), r)]
                 if len(rewards) != r.body.num_samples:
                     raise ValueError(f"{type(self).__name__}.score gave {len(rewards)} rewards for {r.body.num_samples} samples")
             except Exception as e:  # noqa: BLE001 - isolated per sender, see docstring
-                if r.peer_id == state.peer_id:
+                if own:
                     raise
-                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}"))
+                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}", "scoring"))
                 log.warning("%s: scoring %s's body failed (%s); dropped", state.peer_id, r.peer_id, e)
                 continue
+            finally:
+                spent[r.peer_id] += time.thread_time() - start
             scored.append(ScoredRollout(r, tuple(rewards)))
         return RoundRewards(state.round, tuple(scored))
 
@@ -143,13 +154,20 @@ class Learner(ABC):
     def load(self, directory: Path) -> None: ...
 
 
+#: How a backend's drop reason starts when a peer committed and then sent nothing in time: the
+#: one payload failure an honest peer can cause (it was slow, or died), so it never quarantines.
+LATE = "committed but revealed nothing"
+
+
 @dataclass(frozen=True)
 class ExchangeResult:
     """Outcome of one exchange: who answered, who was dropped and why."""
 
-    received: dict[str, tuple[Body, ...]]  # peer id -> bodies, this peer's own included
+    received: dict[str, tuple[Body, ...]]  # peer id -> bodies, own included, in commitment order
     dropped: dict[str, str] = field(default_factory=dict)  # sender -> reason
     expected: int | None = None  # peers the backend waited for, when it knows
+    sizes: dict[str, int] = field(default_factory=dict)  # sender -> payload bytes it committed to
+    accounts: dict[str, str] = field(default_factory=dict)  # sender -> chain account it signed
 
     def summary(self) -> str:
         want = "?" if self.expected is None else str(self.expected)
@@ -166,11 +184,21 @@ class Communication(ABC):
 
     @abstractmethod
     def exchange(
-        self, round: int, stage: int, bodies: Sequence[Body], timeout: float, body_type: type[Body] = Body
+        self,
+        round: int,
+        stage: int,
+        bodies: Sequence[Body],
+        timeout: float,
+        body_type: type[Body] = Body,
+        ignore: Collection[str] = frozenset(),
     ) -> ExchangeResult:
         """Send ``bodies``; return what the swarm sent for the same (round, stage), decoded as
         ``body_type``. Returns by ``timeout`` seconds with whatever arrived; never raises on a
-        peer's bad or missing payload."""
+        peer's bad or missing payload. Senders in ``ignore`` (quarantined) are not read."""
+
+    def claim_account(self, account: str) -> None:
+        """Sign ``account`` (this peer's chain account) into what this peer publishes, so peers
+        can credit it on chain without trusting anyone else's word for it."""
 
     def swarm_round(self) -> int:
         """The highest round the swarm is known to play (0 if the backend cannot tell)."""
@@ -189,6 +217,11 @@ class Coordinator(ABC):
     #: One instance serves every peer of a process (in-process referee); False: one per peer
     #: (e.g. one chain account each).
     shared_per_process: ClassVar[bool] = True
+    #: The chain address this coordinator reports from ("" when it keeps books locally).
+    account: str = ""
+
+    def learn_accounts(self, accounts: Mapping[str, str]) -> None:
+        """Peer id -> chain account, from peers' signed commitments: whom to credit on chain."""
 
     @abstractmethod
     def register(self, peer_id: str) -> None: ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,19 +44,32 @@ class GameState:
         received: Mapping[str, Sequence[Body]],
         check: Check | None = None,
         derive: Derive | None = None,
+        cpu_budget: float = math.inf,
     ) -> list[Drop]:
         """Store a stage: the inputs shown locally, and each peer's bodies (own included) that
         answer one of *those* inputs. A body for an unknown task, for an input other than the
-        one this peer built (by digest), a second body for one task, or one ``check`` refuses
-        is dropped with its reason; the others are kept with their derived text."""
+        one this peer built (by digest), a second body for one task, a copy of a body an earlier
+        sender committed to (``received`` is in commitment order), or one ``check`` refuses is
+        dropped with its reason; the others are kept with their derived text. A sender whose
+        bodies take more than ``cpu_budget`` seconds of this thread's CPU to check and derive
+        loses the rest of them."""
         self.inputs[stage] = {i.task_id: i for i in inputs}
         dropped: list[Drop] = []
-        for peer in sorted(received):  # sorted: the same order on every peer
+        producers: dict[tuple[str, bytes], str] = {}  # (task, content) -> first sender
+        for peer, bodies in received.items():
             seen: set[str] = set()
-            for body in received[peer]:
-                reason = self._refusal(stage, body, seen, check)
+            start = time.thread_time()
+            for i, body in enumerate(bodies):
+                if peer != self.peer_id and time.thread_time() - start > cpu_budget:
+                    why = f"checking its bodies took over {cpu_budget:.2f}s of CPU; {len(bodies) - i} left unread"
+                    dropped.append(Drop(peer, stage, None, why, "cpu"))
+                    break
+                reason, kind = self._refusal(stage, body, seen, check), "refused"
+                key = body.content_key() if reason is None else None
+                if key is not None and producers.setdefault((body.task_id, key), peer) != peer:
+                    reason, kind = f"identical to the body {producers[(body.task_id, key)]} committed to first", "copy"
                 if reason is not None:
-                    dropped.append(Drop(peer, stage, body.task_id, reason))
+                    dropped.append(Drop(peer, stage, body.task_id, reason, kind))
                     continue
                 seen.add(body.task_id)
                 texts = derive(body) if derive is not None else ()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from genrl_swarm.core.bodies import Body
 
@@ -97,6 +97,13 @@ class Drop:
     stage: int
     task_id: str | None
     reason: str
+    #: payload (unreadable, forged, not as committed), budget (over a per-sender limit), cpu
+    #: (processing it took too long), copy (another sender committed it first), refused (the
+    #: policy or the round's own checks), scoring (game code failed on it), late (no reveal).
+    kind: str = "refused"
+
+    #: Kinds that quarantine the sender at once: no honest peer produces them.
+    HARD: ClassVar[frozenset[str]] = frozenset({"payload", "budget", "cpu"})
 
 
 @dataclass(frozen=True)

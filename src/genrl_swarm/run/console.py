@@ -33,10 +33,14 @@ class ConsoleTable:
         width = max(8, *(len(p) for p in self.peer_ids))
         if not self._header_done:
             cols = "".join(f"{p:>{width + 2}}" for p in self.peer_ids)
-            print(f"{'round':>7}{cols}   winner       elapsed", file=self.stream)
+            print(f"{'round':>7}{cols}   winner       dropped  quarantined  elapsed", file=self.stream)
             self._header_done = True
         cells = "".join(f"{row[p].rewards.get(p, float('nan')):>{width + 2}.3f}" for p in self.peer_ids)
         winner = next(iter(row.values())).winners[:1]
         elapsed = time.monotonic() - self._start
         done = f"{r + 1}/{self.max_rounds}"
-        print(f"{done:>7}{cells}   {(winner or ('-',))[0]:<12} {elapsed:6.1f}s", file=self.stream, flush=True)
+        # Summed over this process's peers: bodies/payloads refused this round, and senders
+        # the peers are ignoring (each peer keeps its own quarantine list).
+        dropped = sum(sum(res.dropped.values()) for res in row.values())
+        quarantined = max(int(res.metrics.get("trust/quarantined", 0)) for res in row.values())
+        print(f"{done:>7}{cells}   {(winner or ('-',))[0]:<12} {dropped:>7}  {quarantined:>11}  {elapsed:6.1f}s", file=self.stream, flush=True)

@@ -34,6 +34,7 @@ from genrl_swarm.config import (
 )
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
 from genrl_swarm.core.interfaces import Communication, Coordinator
+from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from genrl_swarm.run.console import ConsoleTable
@@ -90,6 +91,7 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     game: GameConfig = section(GameConfig, spec["game"], "game")
     swarm: SwarmConfig = section(SwarmConfig, spec["swarm"], "swarm")
     run: RunConfig = section(RunConfig, spec["run"], "run")
+    trust: TrustConfig = section(TrustConfig, spec["trust"], "trust")
     comm_cls = import_target(spec["communication"]["_target_"], "communication._target_")
     if not (isinstance(comm_cls, type) and issubclass(comm_cls, ByteBackend)):
         raise RecipeError("communication._target_: must name a ByteBackend subclass")
@@ -112,7 +114,8 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     table = ConsoleTable([c.peer_id for c in comms], game.max_rounds, stream) if run.console else None
     managers = []
     for i, comm in enumerate(comms):
-        managers.append(_build_peer(cfg, comm, getattr(comm, "rank", swarm.rank + i), game, run, shared, table, resume))
+        rank = getattr(comm, "rank", swarm.rank + i)
+        managers.append(_build_peer(cfg, comm, rank, game=game, trust=trust, run=run, shared=shared, table=table, resume=resume))
     return managers, run
 
 
@@ -120,7 +123,9 @@ def _build_peer(
     cfg: DictConfig,
     comm: Communication,
     rank: int,
+    *,
     game: GameConfig,
+    trust: TrustConfig,
     run: RunConfig,
     shared: Coordinator | None,
     table: ConsoleTable | None,
@@ -131,7 +136,7 @@ def _build_peer(
     directory = Path(run.dir) / comm.peer_id
     data, reward, policy = (instantiate(spec[k], k) for k in ("data", "reward", "policy"))
     learner = instantiate(spec["learner"], "learner", policy=policy) if spec.get("learner") else None
-    manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks())
+    manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks(), trust=trust)
     checkpoint = latest_checkpoint(directory / "checkpoints") if resume else None
     if checkpoint is not None:
         saved = load_checkpoint(checkpoint[1], parts(manager))

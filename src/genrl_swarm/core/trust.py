@@ -1,0 +1,100 @@
+"""Per-sender budgets and quarantine: what one stranger may cost this peer in a round.
+
+Every peer's payload is checked, but checks cost time; a sender that sends too much, or keeps
+sending what fails them, is quarantined: its payloads are not read at all for a few rounds.
+Hard violations (forged or unreadable payloads, budget overruns) quarantine at once; soft ones
+(bodies the round's checks refuse, game code failing on them, copies) only when they pile up,
+because an honest peer can have one bad stage (a late payload, a different view of a stage).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from genrl_swarm.core.bodies import Body
+from genrl_swarm.core.types import Drop
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrustConfig:
+    """Limits per sender and stage; the ``trust`` section of a recipe."""
+
+    max_bytes: int = 8 << 20  # payload bytes (on top of the backend's own max_bytes)
+    max_units: int = 1 << 20  # tokens / steps / samples its bodies hold (Body.units)
+    cpu_budget: float = 2.0  # seconds of this peer's CPU to check, derive and score its bodies
+    max_soft_drops: int = 8  # refused / failing / copied bodies per round before quarantine
+    quarantine_rounds: int = 3  # rounds a quarantined sender is not read
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_units", "max_soft_drops", "quarantine_rounds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"trust.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 < self.cpu_budget < 1e6:
+            raise ValueError(f"trust.cpu_budget must be > 0 seconds, got {self.cpu_budget}")
+
+
+@dataclass
+class SenderBook:
+    """This peer's record of every sender: quarantines and why, drops by kind."""
+
+    config: TrustConfig = field(default_factory=TrustConfig)
+    me: str = ""
+    until: dict[str, int] = field(default_factory=dict)  # sender -> first round it is read again
+    reasons: dict[str, str] = field(default_factory=dict)
+    drops: Counter[tuple[str, str]] = field(default_factory=Counter)  # (sender, kind) -> count, all rounds
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def quarantined(self, round: int) -> frozenset[str]:
+        with self._lock:
+            return frozenset(p for p, end in self.until.items() if round < end)
+
+    def over_budget(self, stage: int, received: Mapping[str, Sequence[Body]], sizes: Mapping[str, int]) -> list[Drop]:
+        """One drop per sender whose stage payload is over a budget (its bodies are not used)."""
+        drops = []
+        for peer, bodies in received.items():
+            if peer == self.me:
+                continue
+            size, units = sizes.get(peer, 0), sum(b.units for b in bodies)
+            if size > self.config.max_bytes:
+                drops.append(Drop(peer, stage, None, f"{size} bytes, over trust.max_bytes={self.config.max_bytes}", "budget"))
+            elif units > self.config.max_units:
+                drops.append(Drop(peer, stage, None, f"{units} tokens/steps, over trust.max_units={self.config.max_units}", "budget"))
+        return drops
+
+    def close_round(self, round: int, drops: Sequence[Drop]) -> dict[str, str]:
+        """Count the round's drops; quarantine who earned it. Returns newly quarantined -> why."""
+        soft: Counter[str] = Counter()
+        new: dict[str, str] = {}
+        with self._lock:
+            for d in drops:
+                if d.peer_id == self.me:
+                    continue
+                self.drops[(d.peer_id, d.kind)] += 1
+                if d.kind in Drop.HARD and d.peer_id not in new:
+                    new[d.peer_id] = f"{d.kind}: {d.reason}"
+                elif d.kind not in Drop.HARD and d.kind != "late":
+                    soft[d.peer_id] += 1
+            for peer, n in soft.items():
+                if n > self.config.max_soft_drops and peer not in new:
+                    new[peer] = f"{n} bodies refused in round {round} (trust.max_soft_drops={self.config.max_soft_drops})"
+            for peer, why in new.items():
+                if self.config.quarantine_rounds > 0:
+                    self.until[peer] = round + 1 + self.config.quarantine_rounds
+                    self.reasons[peer] = why
+        for peer, why in new.items():
+            log.warning("%s quarantines %s for %d round(s): %s", self.me, peer, self.config.quarantine_rounds, why)
+        return new
+
+    def counters(self) -> dict[str, float]:
+        """Metrics: drops by kind (all senders), and how many senders are quarantined."""
+        with self._lock:
+            by_kind: Counter[str] = Counter()
+            for (_, kind), n in self.drops.items():
+                by_kind[kind] += n
+            return {f"trust/dropped_{k}": float(n) for k, n in sorted(by_kind.items())}
