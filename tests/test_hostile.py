@@ -238,3 +238,17 @@ def test_envelope_bodies_of_the_wrong_type_never_reach_game_code() -> None:
     with pytest.raises(ValueError):
         Codec().decode(data, Echo)
     assert msgspec.msgpack.decode(data)  # well-formed msgpack: the type check is what refuses it
+
+
+class Liar(InMemoryBackend):
+    """A transport whose swarm_round repeats a hostile announcement of a far-future round."""
+
+    def swarm_round(self) -> int:
+        return 10**9
+
+
+def test_a_far_future_announcement_moves_a_peer_at_most_max_jump_rounds() -> None:
+    game = RecordingGame([])
+    comm = Liar(InMemorySwarm(), "me")
+    results = GameManager(game, game, game, game, comm, LocalCoordinator(), GameConfig(max_rounds=30, max_jump=10)).run()
+    assert [r.round for r in results] == [10, 21]  # before: straight to round 10^9, 0 rounds played

@@ -48,12 +48,14 @@ class GameConfig:
     mode: Literal["train", "evaluate", "train_and_evaluate"] = "train"
     eval_every: int = 0  # rounds between evaluations in train_and_evaluate; 0 = at the end only
     exchange_timeout: float = 30.0  # seconds each exchange may wait for the swarm
+    max_jump: int = 10  # rounds a peer that fell behind may skip at once on the transport's word
 
     def __post_init__(self) -> None:
         for name, ok, rule in (
             ("num_stages", self.num_stages >= 1, ">= 1"),
             ("max_rounds", self.max_rounds >= 0, ">= 0"),
             ("eval_every", self.eval_every >= 0, ">= 0"),
+            ("max_jump", self.max_jump >= 0, ">= 0"),
             ("exchange_timeout", 0 < self.exchange_timeout < 1e7, "> 0 and finite"),
         ):
             if not ok:
@@ -198,9 +200,11 @@ class GameManager:
 
     def _next_round(self, wanted: int) -> int:
         """``wanted``, or the swarm's round when this peer fell behind (logged with the rounds
-        it skips)."""
+        it skips). The transport's word moves a peer at most ``max_jump`` rounds at a time (a
+        lie costs a few rounds, never the run); the coordinator's (local, or the chain) is trusted."""
         self._check_stop()
-        swarm = max(self.coordinator.current_round(), self.comm.swarm_round())
+        told = min(self.comm.swarm_round(), wanted + self.config.max_jump)
+        swarm = max(self.coordinator.current_round(), told)
         if swarm > wanted and wanted < self.config.max_rounds:
             skipped = min(swarm, self.config.max_rounds) - 1
             log.warning("%s is behind the swarm: jumps from round %d to %d, skipping rounds %d-%d",
