@@ -45,7 +45,7 @@ def test_demo_game_prints_each_peer_per_round(tmp_path: Path) -> None:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines() if line.strip().startswith(("1/", "2/", "3/"))]
-    assert len(rows) == 3 and all(len(row) == 1 + 3 + 2 for row in rows)  # round, 3 peers, winner, time
+    assert len(rows) == 3 and all(len(row) == 1 + 3 + 4 for row in rows)  # round, 3 peers, winner, dropped, quarantined, time
     assert "cumulative reward: peer-0=" in out.stdout
     assert (tmp_path / "peer-2" / "metrics.jsonl").is_file()
 

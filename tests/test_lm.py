@@ -409,7 +409,7 @@ def test_two_lm_peers_train_on_each_others_token_rollouts(tmp_path: Path) -> Non
     prompts = {"peer-0": "Answer briefly.", "peer-1": "Answer briefly.", "peer-2": "Another system prompt."}
 
     def play(comm: Any) -> None:
-        pol = LMPolicy("tiny-random", {"num_generations": 2, "max_new_tokens": 4}, system_prompt=prompts[comm.peer_id], seed=len(results))
+        pol = LMPolicy("tiny-random", {"num_generations": 2, "max_new_tokens": 4}, system_prompt=prompts[comm.peer_id], seed=int(comm.peer_id[-1]))
         learner = GRPOLearner(pol, {"num_local": 2, "num_external": 4})
         reward = type("ByIndex", (ReasoningReward,), {"score": lambda self, task, inp, r: [float(i) for i in range(len(r.texts))]})()
         game = GameManager(FileQAData(str(path), tasks_per_round=2, eval_size=1), reward, pol, learner, comm, LocalCoordinator(), GameConfig(max_rounds=1, exchange_timeout=30))
