@@ -5,19 +5,23 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-_OPEN_TAG = re.compile(r"<answer>(.*)$", re.DOTALL | re.IGNORECASE)
+OPEN, CLOSE = "<answer>", "</answer>"
 _BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
 _PHRASE = re.compile(r"(?:final answer|answer)\s*(?:is|:|=)\s*(.+)", re.IGNORECASE)
 
 
 def extract_answer(text: str) -> str | None:
     """The last ``<answer>`` block; else an unclosed one; else the last ``\\boxed{}``; else the
-    last "answer is/answer:" phrase; else the last non-empty line. None for an empty text."""
-    for pattern in (_TAG, _OPEN_TAG, _BOXED):
-        found = pattern.findall(text)
-        if found:
-            return _clean(found[-1])
+    last "answer is/answer:" phrase; else the last non-empty line. None for an empty text.
+
+    Completions are peer-controlled text: every step here is linear in its length (a lazy
+    ``<answer>(.*?)</answer>`` regex took 25 s on 20,000 unclosed tags)."""
+    block = _answer_block(text)
+    if block is not None:
+        return _clean(block)
+    found = _BOXED.findall(text)
+    if found:
+        return _clean(found[-1])
     lines = [line for line in text.strip().splitlines() if line.strip()]
     for line in reversed(lines):
         match = _PHRASE.search(line)
@@ -47,10 +51,26 @@ def _clean(answer: str) -> str:
     return answer.strip().strip("*").strip().rstrip(".").strip()
 
 
+def _answer_block(text: str) -> str | None:
+    """The content of the last closed ``<answer>`` block (case-insensitive), else of the last
+    unclosed one, else None."""
+    lower = text.lower()
+    end = lower.rfind(CLOSE)
+    if end >= 0:
+        start = lower.rfind(OPEN, 0, end)
+        if start >= 0:
+            return text[start + len(OPEN) : end]
+    start = lower.rfind(OPEN)
+    return text[start + len(OPEN) :] if start >= 0 and lower.find(CLOSE, start) < 0 else None
+
+
 def well_formatted(text: str) -> bool:
     """Exactly one closed, non-empty ``<answer>`` block."""
-    found = _TAG.findall(text)
-    return len(found) == 1 and bool(found[0].strip())
+    lower = text.lower()
+    if lower.count(OPEN) != 1 or lower.count(CLOSE) != 1:
+        return False
+    start, end = lower.find(OPEN) + len(OPEN), lower.find(CLOSE)
+    return start <= end and bool(text[start:end].strip())
 
 
 #: What ``_number`` accepts: plain decimals and fractions of bounded length, an exponent of at
