@@ -4,7 +4,8 @@ Every peer's payload is checked, but checks cost time; a sender that sends too m
 sending what fails them, is quarantined: its payloads are not read at all for a few rounds.
 Hard violations (forged or unreadable payloads, budget overruns) quarantine at once; soft ones
 (bodies the round's checks refuse, game code failing on them, copies) only when they pile up,
-because an honest peer can have one bad stage (a late payload, a different view of a stage).
+because an honest peer can have one bad stage (a different view of a stage); a commitment
+never revealed, two rounds running, makes others wait out the deadline on purpose.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class SenderBook:
     until: dict[str, int] = field(default_factory=dict)  # sender -> first round it is read again
     reasons: dict[str, str] = field(default_factory=dict)
     drops: Counter[tuple[str, str]] = field(default_factory=Counter)  # (sender, kind) -> count, all rounds
+    late: dict[str, int] = field(default_factory=dict)  # sender -> last round it committed and never revealed
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def quarantined(self, round: int) -> frozenset[str]:
@@ -78,7 +80,11 @@ class SenderBook:
                 self.drops[(d.peer_id, d.kind)] += 1
                 if d.kind in Drop.HARD and d.peer_id not in new:
                     new[d.peer_id] = f"{d.kind}: {d.reason}"
-                elif d.kind not in Drop.HARD and d.kind != "late":
+                elif d.kind == "late":
+                    if self.late.get(d.peer_id) == round - 1 and d.peer_id not in new:
+                        new[d.peer_id] = f"committed and never revealed in rounds {round - 1} and {round}"
+                    self.late[d.peer_id] = round
+                elif d.kind not in Drop.HARD:
                     soft[d.peer_id] += 1
             for peer, n in soft.items():
                 if n > self.config.max_soft_drops and peer not in new:
