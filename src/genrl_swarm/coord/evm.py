@@ -12,19 +12,19 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from genrl_swarm.coord.errors import CoordinatorError
+from genrl_swarm.coord.scores import REWARD_SCALE, check_reward
 from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.types import RoundResult
 
 log = logging.getLogger(__name__)
 ARTIFACT = Path(__file__).with_name("SwarmCoordinator.json")
-REWARD_SCALE = 1_000_000  # rewards are floats here, fixed-point integers on chain
 KEY_ENV, RPC_ENV, CONTRACT_ENV = "GENRL_SWARM_PRIVATE_KEY", "GENRL_SWARM_RPC_URL", "GENRL_SWARM_CONTRACT"
 T = TypeVar("T")
 
@@ -55,14 +55,31 @@ def _error_table() -> dict[bytes, tuple[str, list[str]]]:
     return table
 
 
+def _hex_in(data: Any, depth: int = 0) -> bytes | None:
+    """Revert bytes in a JSON-RPC error's ``data``: a hex string (geth, anvil, hardhat, ganache's
+    eth_call), or an object holding one: ganache 7's eth_estimateGas gives ``{"result": "0x.."}``,
+    ganache 6 ``{"0x<tx hash>": {"return": "0x.."}}``."""
+    if isinstance(data, str) and data.startswith("0x") and len(data) >= 10:
+        try:
+            return bytes.fromhex(data[2:])
+        except ValueError:
+            return None
+    if isinstance(data, dict) and depth < 2:
+        for key in ("result", "return", "data", *data):
+            found = _hex_in(data.get(key), depth + 1) if key not in ("hash", "stack") else None
+            if found is not None:
+                return found
+    return None
+
+
 def revert_data(error: BaseException) -> bytes | None:
     """The raw revert bytes of a failed call: ``data`` from a JSON-RPC node, or, from
     eth-tester, the bytes of the EVM's Revert somewhere in the exception's chain."""
     seen: BaseException | None = error
     while seen is not None:
-        data = getattr(seen, "data", None)
-        if isinstance(data, str) and data.startswith("0x") and len(data) >= 10:
-            return bytes.fromhex(data[2:])
+        data = _hex_in(getattr(seen, "data", None))
+        if data is not None:
+            return data
         first = seen.args[0] if seen.args else None
         if isinstance(first, BaseException) and first.args:
             first = first.args[0]
@@ -150,10 +167,22 @@ class ChainClient:
             self._nonce += 1
             receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.receipt_timeout)
             if receipt["status"] != 1:
-                raise CoordinatorError(f"transaction {tx_hash.hex()} failed on chain")
+                raise self._mined_revert(fn, receipt) or CoordinatorError(f"transaction {tx_hash.hex()} failed on chain")
             return receipt
 
         return self._retrying(send, f"transaction {getattr(fn, 'fn_name', 'deploy')}")
+
+    def _mined_revert(self, fn: Any, receipt: Any) -> ContractRevert | None:
+        """Why a transaction reverted once mined although its gas estimate passed: another
+        transaction got in first (two peers settling the same round). A receipt carries no
+        revert data, so the call is replayed on the state of its block to name the error."""
+        if not hasattr(fn, "call"):
+            return None
+        try:
+            fn.call({"from": self.address}, block_identifier=receipt["blockNumber"])
+        except Exception as e:  # noqa: BLE001 - only its revert data matters here
+            return decode_revert(e)
+        return None
 
     def deploy(self, num_stages: int) -> str:
         factory = self.w3.eth.contract(abi=artifact()["abi"], bytecode=artifact()["bytecode"])
@@ -177,8 +206,15 @@ def connect(rpc_url: str) -> Any:
 
 
 class EvmCoordinator(Coordinator):
-    """The referee on chain: registers the peer, follows the chain's round, submits rewards
-    and winner votes, and advances the round when this account is the stage manager."""
+    """The referee on chain: registers this peer's account, follows the chain's round, submits
+    this peer's scores of the OTHER peers, settles past rounds, and advances the round when
+    this account is the stage manager.
+
+    Scores are credited to accounts. A peer id's account is learned from the peer's signed
+    commitments (``learn_accounts``) and used only once the account's on-chain label names that
+    peer id too: both sides signed the binding, so nobody can divert another peer's credit or
+    make a report revert by claiming someone else's account.
+    """
 
     shared_per_process: ClassVar[bool] = False  # one account per peer
 
@@ -202,42 +238,86 @@ class EvmCoordinator(Coordinator):
             raise CoordinatorError(f"no contract at {contract} on {rpc_url}: deploy one with `genrl-swarm chain deploy`")
         self.contract = self.w3.eth.contract(address=contract, abi=artifact()["abi"])
         self.round_wait = round_wait
+        self.account = self.client.address
         self.peer_id = ""
-        self.known_peers: set[str] = set()
+        self.claimed: dict[str, str] = {}  # peer id -> account it signed, not yet confirmed on chain
+        self.accounts: dict[str, str] = {}  # peer id -> account, confirmed by the account's label
+        self._unsettled = 0  # lowest round not known to be finalized
 
     def _fn(self, name: str, *args: Any) -> Any:
         return getattr(self.contract.functions, name)(*args)
 
     def register(self, peer_id: str) -> None:
-        holder = self.client.call(self._fn("accountOf", peer_id))
-        if holder == self.client.address:
-            log.info("%s is already registered to %s", peer_id, holder)
-        elif int(holder, 16) != 0:
-            raise CoordinatorError(f"peer id {peer_id} belongs to {holder}, not to this key's {self.client.address}")
+        if self.client.call(self._fn("isRegistered", self.account)):
+            (label,) = self.client.call(self._fn("labels", [self.account]))
+            if label != peer_id:
+                log.warning("account %s is registered as %r on chain, not as %s: peers will not credit it "
+                            "(use a fresh key for a new peer id)", self.account, label, peer_id)  # fmt: skip
+            else:
+                log.info("%s is already registered with %s", peer_id, self.account)
         else:
-            self.client.transact(self._fn("registerPeer", peer_id))
+            self._idempotent(self._fn("registerPeer", peer_id), ("AlreadyRegistered",))
         self.peer_id = peer_id
-        self.known_peers.add(peer_id)
+        self.accounts[peer_id] = self.account
+        self._unsettled = max(self._unsettled, self.current_round() - 2)
+
+    def learn_accounts(self, accounts: Mapping[str, str]) -> None:
+        from eth_utils import is_address, to_checksum_address
+
+        for peer, account in accounts.items():
+            if not is_address(account):
+                log.debug("%s: %s signed %r, not an address: ignored", self.peer_id, peer, account)
+            elif peer != self.peer_id and self.accounts.get(peer) != to_checksum_address(account):
+                self.claimed[peer] = to_checksum_address(account)
+
+    def _confirmed(self) -> dict[str, str]:
+        """Bindings whose account's on-chain label is the peer id (labels never change, so a
+        confirmed binding is kept; a claim is checked again until its account registers)."""
+        pending = {p: a for p, a in self.claimed.items() if a != self.account}
+        if pending:
+            labels = self.client.call(self._fn("labels", list(pending.values())))
+            for (peer, account), label in zip(pending.items(), labels):
+                if label == peer:
+                    self.accounts[peer] = account
+                    del self.claimed[peer]
+        return self.accounts
 
     def current_round(self) -> int:
         return int(self.client.call(self._fn("currentRound")))
 
     def report(self, result: RoundResult) -> None:
+        """Submit this peer's scores of the others whose account it knows (its own is never
+        sent: the chain takes a peer's reward from what the others say)."""
         self._wait_for_round(result.round)
-        self.known_peers.update(result.rewards)
-        reward = round(result.rewards.get(result.peer_id, 0.0) * REWARD_SCALE)
-        self._idempotent(self._fn("submitReward", result.round, 0, result.peer_id, reward), "RewardAlreadySubmitted")
-        if result.winners:
-            self._idempotent(self._fn("submitWinners", result.round, result.peer_id, list(result.winners)), "AlreadyVoted")
+        accounts = self._confirmed()
+        scores: dict[str, int] = {}
+        skipped = []
+        for peer, reward in result.rewards.items():
+            account = accounts.get(peer)
+            if peer == self.peer_id or account == self.account:
+                continue
+            if account is None:
+                skipped.append(peer)
+                continue
+            try:
+                scores[account] = round(check_reward(peer, reward) * REWARD_SCALE)
+            except ValueError as e:
+                log.warning("%s: round %d: %s; not submitted", self.peer_id, result.round, e)
+        if skipped:
+            log.debug("%s: round %d: no confirmed account for %s: their scores stay off chain", self.peer_id, result.round, ", ".join(sorted(skipped)))
+        ordered = sorted(scores, key=lambda a: int(a, 16))  # the contract takes peers strictly ascending
+        fn = self._fn("submitScores", result.round, ordered, [scores[a] for a in ordered])
+        self._idempotent(fn, ("AlreadyScored", "AlreadyFinalized", "RoundClosed"))
 
-    def _idempotent(self, fn: Any, done_error: str) -> None:
-        """A resumed peer may repeat a round it already reported: that is not an error."""
+    def _idempotent(self, fn: Any, done_errors: tuple[str, ...]) -> None:
+        """A resumed peer may repeat what it already did, a late one may find the round
+        settled, two peers may settle the same round: none of that is an error."""
         try:
             self.client.transact(fn)
         except ContractRevert as e:
-            if e.name != done_error:
+            if e.name not in done_errors:
                 raise
-            log.info("%s: %s", self.peer_id, e)
+            (log.warning if e.name == "RoundClosed" else log.info)("%s: %s", self.peer_id, e)
 
     def _wait_for_round(self, r: int) -> None:
         deadline = time.monotonic() + self.round_wait
@@ -250,14 +330,38 @@ class EvmCoordinator(Coordinator):
             time.sleep(0.5)
 
     def finish_round(self, round: int) -> None:
+        """Advance the round when this account is the stage manager, then settle every past
+        round no score can change any more, so totals and wins move."""
         manager = self.client.call(self._fn("stageManager"))
-        if manager == self.client.address and self.current_round() == round:
+        if manager == self.account and self.current_round() == round:
             self.client.transact(self._fn("advanceRound"))
+        self.settle()
+
+    def settle(self) -> None:
+        """Finalize past rounds from the oldest this peer has not seen settled; stops at the
+        first that is still open (someone has yet to report it within its grace round)."""
+        chain = self.current_round()
+        while self._unsettled < chain:
+            finalized, _, _ = self.client.call(self._fn("roundStatus", self._unsettled))
+            if not finalized:
+                if not self.client.call(self._fn("canFinalize", self._unsettled)):
+                    return
+                self._idempotent(self._fn("finalizeRound", self._unsettled), ("AlreadyFinalized",))
+            self._unsettled += 1
 
     def standings(self) -> dict[str, float]:
-        peers = sorted(self.known_peers)
-        totals = self.client.call(self._fn("totalRewards", peers)) if peers else []
+        """Total reward per peer id whose account this peer knows (its own included)."""
+        peers = sorted(self._confirmed())
+        totals = self.client.call(self._fn("totalRewards", [self.accounts[p] for p in peers])) if peers else []
         return {p: t / REWARD_SCALE for p, t in zip(peers, totals)}
+
+    def tally(self, peer_id: str) -> tuple[float, int]:
+        account = self.account if peer_id == self.peer_id else self._confirmed().get(peer_id)
+        if account is None:
+            return 0.0, 0
+        (total,) = self.client.call(self._fn("totalRewards", [account]))
+        (wins,) = self.client.call(self._fn("winCounts", [account]))
+        return total / REWARD_SCALE, int(wins)
 
     def bootnodes(self) -> list[str]:
         return list(self.client.call(self._fn("bootnodes")))

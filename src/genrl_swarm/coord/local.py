@@ -1,64 +1,133 @@
 """LocalCoordinator: the in-process referee (the default).
 
-It keeps the same books the on-chain coordinator keeps (registry, round, one report per peer
-and round, cumulative rewards and wins), so a game behaves the same when it moves on chain.
+It keeps the books by the rules the contract enforces on chain (coord/scores.py): a report is
+the reporter's scores of the peers; a peer's reward for a round is the lower median of the
+OTHER reporters' scores for it (its own claim never counts, except in a swarm of one, where it
+is all there is); the round's one win goes to the highest median. Reports are accepted for the
+current and the previous round; older rounds are settled (frozen) and never change.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 
+from genrl_swarm.coord.scores import check_reward, lower_median, round_winner
 from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.types import RoundResult
 
+log = logging.getLogger(__name__)
+
 
 class LocalCoordinator(Coordinator):
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    """``settle_wait``: how long ``finish_round`` waits for the round's other reporters (the
+    peers that reported the round before), so the books a peer logs and checkpoints right
+    after its round are complete; a peer that left costs at most one such wait."""
+
+    def __init__(self, settle_wait: float = 30.0) -> None:
+        if not 0 <= settle_wait < 1e7:
+            raise ValueError(f"settle_wait must be >= 0 and finite, got {settle_wait!r}")
+        self.settle_wait = settle_wait
+        self._cond = threading.Condition()
         self.peers: set[str] = set()
-        self.reports: dict[tuple[int, str], RoundResult] = {}
-        self.rewards: defaultdict[str, float] = defaultdict(float)
-        self.wins: Counter[str] = Counter()
-        self._won: set[tuple[int, str]] = set()
         self._round = 0
+        # Open rounds: round -> peer -> reporter -> score; round -> reporters.
+        self._scores: defaultdict[int, defaultdict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+        self._reporters: defaultdict[int, set[str]] = defaultdict(set)
+        # Settled books (restored checkpoints plus frozen rounds, added in round order).
+        self._rewards: defaultdict[str, float] = defaultdict(float)
+        self._wins: Counter[str] = Counter()
 
     def register(self, peer_id: str) -> None:
-        with self._lock:
+        with self._cond:
             self.peers.add(peer_id)
 
     def current_round(self) -> int:
-        with self._lock:
+        with self._cond:
             return self._round
 
     def report(self, result: RoundResult) -> None:
-        key = (result.round, result.peer_id)
-        with self._lock:
-            if result.peer_id not in self.peers:
-                raise ValueError(f"peer {result.peer_id} reported before registering")
-            if key in self.reports:
-                raise ValueError(f"peer {result.peer_id} already reported round {result.round}")
-            self.reports[key] = result
-            self.rewards[result.peer_id] += result.rewards.get(result.peer_id, 0.0)
-            for winner in result.winners:  # every peer votes; a round counts once per winner
-                if (result.round, winner) not in self._won:
-                    self._won.add((result.round, winner))
-                    self.wins[winner] += 1
+        """Store the reporter's scores (``result.rewards``: peer -> mean reward it computed).
+        Raises ValueError for an unregistered reporter, a second report of a round, or a score
+        that is not finite or beyond MAX_REWARD; a report for a settled round is ignored."""
+        scores = {peer: check_reward(peer, value) for peer, value in result.rewards.items()}
+        r, reporter = result.round, result.peer_id
+        with self._cond:
+            if reporter not in self.peers:
+                raise ValueError(f"peer {reporter} reported before registering")
+            if r + 1 < self._round:
+                log.warning("%s reported round %d, settled already (the swarm is at %d): ignored", reporter, r, self._round)
+                return
+            if reporter in self._reporters[r]:
+                raise ValueError(f"peer {reporter} already reported round {r}")
+            self._reporters[r].add(reporter)
+            for peer, score in scores.items():
+                if peer in self.peers:
+                    self._scores[r][peer][reporter] = score
+            self._cond.notify_all()
 
     def finish_round(self, round: int) -> None:
-        with self._lock:
+        """Advance the round, settle rounds no report can change any more, then wait (up to
+        ``settle_wait``) until the peers that reported the round before reported ``round`` too."""
+        with self._cond:
+            expected = set(self._reporters.get(round - 1) or self.peers)
             self._round = max(self._round, round + 1)
+            for settled in sorted(r for r in self._reporters if r + 1 < self._round):
+                self._freeze(settled)
+            deadline = time.monotonic() + self.settle_wait
+            while not expected <= self._reporters[round]:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = sorted(expected - self._reporters[round])
+                    log.info("round %d settles without a report from %s (waited %.0fs)", round, ", ".join(missing), self.settle_wait)
+                    break
+                self._cond.wait(left)
+
+    def _medians(self, r: int) -> dict[str, float]:
+        """Each scored peer's reward for round ``r``: the lower median of the others' scores."""
+        solo = len(self.peers) == 1
+        medians = {}
+        for peer, by in self._scores.get(r, {}).items():
+            counted = [score for reporter, score in by.items() if reporter != peer or solo]
+            if counted:
+                medians[peer] = lower_median(counted)
+        return medians
+
+    def _freeze(self, r: int) -> None:
+        medians = self._medians(r)
+        for peer, median in sorted(medians.items()):
+            self._rewards[peer] += median
+        winner = round_winner(r, medians)
+        if winner is not None:
+            self._wins[winner] += 1
+        self._scores.pop(r, None)
+        self._reporters.pop(r, None)
+
+    def _books(self) -> tuple[dict[str, float], Counter[str]]:
+        """Settled books plus the open rounds, in round order (the same sums a resumed run makes)."""
+        rewards, wins = dict.fromkeys(self.peers, 0.0) | dict(self._rewards), Counter(self._wins)
+        for r in sorted(self._reporters):
+            medians = self._medians(r)
+            for peer, median in medians.items():
+                rewards[peer] = rewards.get(peer, 0.0) + median
+            winner = round_winner(r, medians)
+            if winner is not None:
+                wins[winner] += 1
+        return rewards, wins
 
     def standings(self) -> Mapping[str, float]:
-        with self._lock:
-            return dict(self.rewards)
+        with self._cond:
+            return self._books()[0]
 
     def tally(self, peer_id: str) -> tuple[float, int]:
-        with self._lock:
-            return self.rewards.get(peer_id, 0.0), self.wins.get(peer_id, 0)
+        with self._cond:
+            rewards, wins = self._books()
+            return rewards.get(peer_id, 0.0), wins.get(peer_id, 0)
 
     def restore(self, peer_id: str, cumulative_reward: float, wins: int) -> None:
-        with self._lock:
-            self.rewards[peer_id] = cumulative_reward
-            self.wins[peer_id] = wins
+        with self._cond:
+            self._rewards[peer_id] = cumulative_reward
+            self._wins[peer_id] = wins

@@ -232,7 +232,9 @@ class Coordinator(ABC):
 
     @abstractmethod
     def report(self, result: RoundResult) -> None:
-        """Submit this peer's locally computed rewards and winner votes for a round."""
+        """Submit this peer's locally computed scores of the *other* peers for a round. A peer's
+        reward for the round is the median of what the others scored it; its own claim counts
+        only in a swarm of one, and winners follow the medians."""
 
     def finish_round(self, round: int) -> None:
         """Called when this peer finished ``round``; coordinators with the role advance it."""

@@ -1,0 +1,123 @@
+"""LocalCoordinator keeps the books by the contract's rules: a peer's reward is the lower median
+of the OTHER peers' scores, its own claim never counts (except alone), scores are bounded and
+finite, and a round gives one win, to the highest median. Each attack here passed before."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from genrl_swarm.coord import LocalCoordinator
+from genrl_swarm.coord.scores import lower_median
+from genrl_swarm.core.types import RoundResult, tie_break
+
+
+def swarm(*peers: str, settle_wait: float = 5.0) -> LocalCoordinator:
+    coordinator = LocalCoordinator()
+    coordinator.settle_wait = settle_wait
+    for peer in peers:
+        coordinator.register(peer)
+    return coordinator
+
+
+def report(c: LocalCoordinator, round: int, peer: str, rewards: dict[str, float], winners: tuple[str, ...] = ()) -> None:
+    c.report(RoundResult(round, peer, rewards, winners))
+
+
+def test_a_self_claimed_reward_is_ignored() -> None:
+    c = swarm("a", "b", "c")
+    report(c, 0, "a", {"a": 1e5, "b": 0.2, "c": 0.3})  # old rule: a's total became 1e5
+    report(c, 0, "b", {"a": 0.1, "b": 1e5, "c": 0.3})
+    report(c, 0, "c", {"a": 0.2, "b": 0.4, "c": 1e5})
+    assert c.standings() == {"a": 0.1, "b": 0.2, "c": 0.3}  # lower medians of the others' scores
+
+
+@pytest.mark.parametrize("value", [1e9, -1e9, float("nan"), float("inf"), float("-inf"), "0.5", True])
+def test_a_score_out_of_bounds_or_not_a_number_is_refused_whole(value: object) -> None:
+    c = swarm("a", "b")
+    with pytest.raises(ValueError) as caught:
+        report(c, 0, "a", {"a": value, "b": 0.5})  # type: ignore[dict-item]
+    assert "\n" not in str(caught.value) and "reward for a" in str(caught.value)
+    report(c, 0, "b", {"a": 0.25})
+    assert c.tally("a") == (0.25, 1) and c.tally("b") == (0.0, 0)  # nothing of the refused report was kept
+
+
+def test_the_median_ignores_one_outlier() -> None:
+    c = swarm("a", "b", "c", "d", "e")
+    report(c, 0, "b", {"a": 0.5})
+    report(c, 0, "c", {"a": 0.6})
+    report(c, 0, "d", {"a": 1e6})  # a friend's outlier
+    report(c, 0, "e", {"a": 0.4})
+    assert c.tally("a")[0] == 0.5
+    assert lower_median([0.25, 1e6]) == 0.25  # two scorers: a lone friend cannot inflate
+
+
+def test_a_round_gives_one_win_to_the_highest_median_whatever_the_votes() -> None:
+    c = swarm("a", "b", "c")
+    for peer in ("a", "b", "c"):
+        others = {"b": 0.9, "c": 0.1, "a": 0.2}
+        report(c, 0, peer, {p: v for p, v in others.items() if p != peer}, winners=("a",) * 500)
+    assert [c.tally(p)[1] for p in ("a", "b", "c")] == [0, 1, 0]  # b: the highest median, votes ignored
+    c.finish_round(0)
+    for peer in ("a", "b", "c"):
+        report(c, 1, peer, {p: 0.5 for p in ("a", "b", "c") if p != peer})
+    first = min(("a", "b", "c"), key=lambda p: tie_break(1, p))
+    assert c.tally(first)[1] == (2 if first == "b" else 1)  # a tie: one winner, by the per-round hash
+    assert sum(c.tally(p)[1] for p in ("a", "b", "c")) == 2
+
+
+def test_a_swarm_of_one_counts_its_own_score() -> None:
+    c = swarm("solo")
+    report(c, 0, "solo", {"solo": 0.75})
+    c.finish_round(0)
+    report(c, 1, "solo", {"solo": 0.25})
+    assert c.tally("solo") == (1.0, 2)
+
+
+def test_one_report_per_peer_and_round_from_registered_peers_only() -> None:
+    c = swarm("a", "b")
+    report(c, 0, "a", {"b": 1.0})
+    with pytest.raises(ValueError, match="already reported round 0"):
+        report(c, 0, "a", {"b": 1.0})
+    with pytest.raises(ValueError, match="before registering"):
+        report(c, 0, "mallory", {"b": 1.0})
+    report(c, 0, "b", {"a": 1.0, "mallory": 1.0})  # an unregistered peer is not scored
+    assert c.standings() == {"a": 1.0, "b": 1.0}
+
+
+def test_a_settled_round_never_changes(caplog: pytest.LogCaptureFixture) -> None:
+    c = swarm("a", "b", settle_wait=0)
+    report(c, 0, "a", {"b": 0.5})
+    c.finish_round(0)
+    report(c, 1, "a", {"b": 0.5})
+    c.finish_round(1)  # round 0 is settled: only the current and the previous round are open
+    with caplog.at_level("WARNING"):
+        report(c, 0, "b", {"a": 1e6})
+    assert "settled already" in caplog.text
+    report(c, 1, "b", {"a": 0.25})  # the previous round still takes a late report
+    assert c.tally("a") == (0.25, 0) and c.tally("b") == (1.0, 2)
+
+
+def test_finish_round_waits_for_the_rounds_other_reporters() -> None:
+    """So the books a peer logs and checkpoints right after its round are complete."""
+    c = swarm("a", "b", settle_wait=10)
+    late = threading.Timer(0.3, lambda: report(c, 0, "b", {"a": 0.5}))
+    report(c, 0, "a", {"b": 0.25})
+    late.start()
+    c.finish_round(0)
+    assert c.tally("a") == (0.5, 1)
+    report(c, 1, "a", {"b": 0.25})  # b left the swarm: one bounded wait, then the round settles without it
+    c.settle_wait = 0.2
+    start = time.monotonic()
+    c.finish_round(1)
+    assert 0.2 <= time.monotonic() - start < 5
+
+
+def test_restore_continues_the_books() -> None:
+    c = swarm("a", "b")
+    c.restore("a", 3.5, 2)
+    report(c, 4, "b", {"a": 0.5})
+    report(c, 4, "a", {"b": 0.0})
+    assert c.tally("a") == (4.0, 3) and c.tally("b") == (0.0, 0)
