@@ -74,7 +74,7 @@ def test_multistage_math_forged_listing_is_dropped_and_picks_score_against_own_l
 
 
 def test_bodies_for_unknown_tasks_and_second_bodies_are_dropped() -> None:
-    game = RecordingGame([])
+    game = RecordingGame([], tasks=3)
     state = GameState(0, "me")
     state.set_tasks(game.round_tasks(0))
     inputs = game.stage_inputs(state, 0)
@@ -83,6 +83,10 @@ def test_bodies_for_unknown_tasks_and_second_bodies_are_dropped() -> None:
     drops = state.record(0, inputs, received, derive=game.texts)
     assert sorted(d.reason.split(" ")[0] + d.reason.split(" ")[1] for d in drops) == ["asecond", "taskffffffffffffffffffffffff"]
     assert len(state.select(peer="p")) == 1 and state.drops_by_peer() == {"p": 2}
+    flood = [echo(inputs[0], str(i)) for i in range(1000)]
+    drops = state.record(1, inputs, {"me": [], "flood": flood}, derive=game.texts)
+    second = f"a second body for task {inputs[0].task_id}"
+    assert [d.reason for d in drops] == ["1000 bodies for 3 tasks; the 997 extra were not read", second, second]
 
 
 def test_policy_check_refusal_is_counted_in_the_round_result() -> None:

@@ -1,4 +1,5 @@
-"""Real gloo process groups on 127.0.0.1: full games, a dead rank, a hung rank, a corrupt rank."""
+"""Real gloo process groups on 127.0.0.1: full games, a dead rank, a hung rank, and a hostile
+rank 1 (tests/dist_helpers.py) that corrupts, lies about lengths or forges its sender."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from genrl_swarm.comm.torch_dist import layout
 from genrl_swarm.run.metrics import read_metrics
 
 ROOT = Path(__file__).parents[1]
@@ -120,14 +122,68 @@ def test_a_dead_or_hung_rank_stops_the_others_with_a_clear_error(tmp_path: Path,
     assert elapsed < timeout * 2 + 10  # the deadline of one exchange (plus one stage in flight), not a hang
 
 
-def test_a_ranks_bad_payload_is_dropped_and_the_game_goes_on(tmp_path: Path) -> None:
-    args = ["--recipe", "bandit", f"run.dir={tmp_path}", "game.max_rounds=2",
-            "communication=torch", "communication._target_=dist_helpers.CorruptingBackend", *QUIET]  # fmt: skip
-    results = finish(launch(3, args))
-    assert all(code == 0 for code, _ in results), results[0][1][-2000:]
+def _hostile_game(tmp_path: Path, backend: str, *extra: str) -> list[tuple[int, str]]:
+    args = ["--recipe", "bandit", f"run.dir={tmp_path}", "game.max_rounds=2", "game.exchange_timeout=20",
+            "communication=torch", f"communication._target_=dist_helpers.{backend}", *extra, *QUIET]  # fmt: skip
+    return finish(launch(3, args))
+
+
+def assert_rank1_dropped_every_stage(tmp_path: Path, results: list[tuple[int, str]], *reasons: str) -> None:
+    """The honest ranks finished every round without rank 1's payloads, counting and logging the drop."""
     for rank in (0, 2):
+        code, err = results[rank]
+        assert code == 0, err[-3000:]
         rows = read_metrics(tmp_path / f"rank-{rank}" / "metrics.jsonl")
         assert [r["round"] for r in rows] == [0, 1]
-        assert all(r["swarm/dropped_s0"] == 1 and r["swarm/peers_s0"] == 2 for r in rows)
-        assert "reward/peer/rank-1" not in rows[0]
-    assert "dropped payload from rank-1" in results[0][1]
+        assert all(r[f"swarm/peers_s{s}"] == 2 for r in rows for s in (0, 1)), rows
+        assert rows[0].get("dropped/rank-1", 0) >= 1, rows[0]  # counted (later rounds may quarantine it)
+        assert not any("reward/peer/rank-1" in r for r in rows)
+        assert "dropped payload from rank-1" in err
+        for reason in reasons:
+            assert reason in err, err[-3000:]
+
+
+def test_a_ranks_bad_payload_is_dropped_and_the_game_goes_on(tmp_path: Path) -> None:
+    results = _hostile_game(tmp_path, "CorruptingBackend")
+    assert_rank1_dropped_every_stage(tmp_path, results, "does not match its commitment")
+
+
+def test_layout_drops_lengths_outside_the_cap_before_sizing_the_collective() -> None:
+    plan = layout([10, 2**62, -5, 7, 11], cap=10)
+    assert plan.width == 10  # the longest legal slot: 11 is over the cap
+    assert sorted(plan.bad) == [1, 2, 4] and "outside 0..10" in plan.bad[1]
+    assert layout([2**62, 2**62], cap=10).width == 0  # nothing legal: nothing allocated
+
+
+def test_a_rank_announcing_a_huge_length_is_dropped_and_the_game_goes_on(tmp_path: Path) -> None:
+    """Rank 1 announces 2**62 bytes in every phase. Honest ranks must not try to allocate it
+    (before: every honest rank crashed in round 0 allocating it)."""
+    results = _hostile_game(tmp_path, "LyingLengthBackend", "+communication.lie=huge")
+    assert_rank1_dropped_every_stage(tmp_path, results, f"rank 1 (rank-1) announced {2**62} bytes, outside 0..")
+
+
+def test_a_rank_whose_bytes_overrun_its_announced_length_is_dropped(tmp_path: Path) -> None:
+    """Rank 1 sends more bytes than it announced and than any slot holds (before: rank 1 failed
+    filling the collective's buffer, and the honest ranks stopped with a SwarmFailure)."""
+    results = _hostile_game(tmp_path, "LyingLengthBackend", "+communication.lie=short")
+    assert_rank1_dropped_every_stage(tmp_path, results, "rank 1 (rank-1) sent bytes past the")
+    assert "its length arrived as" in results[1][1]  # the altered rank itself sees it, and goes on
+
+
+@pytest.mark.parametrize(
+    ("forge", "reason"),
+    [("other-key", "signature does not verify"), ("other-id", "commitment is for ('genrl-swarm', 0, 0, 'rank-0')")],
+)
+def test_a_rank_forging_its_sender_is_dropped(tmp_path: Path, forge: str, reason: str) -> None:
+    """Rank 1 signs with a key it did not announce at start, or names rank 0 as the sender."""
+    results = _hostile_game(tmp_path, "ForgingBackend", f"+communication.forge={forge}")
+    assert_rank1_dropped_every_stage(tmp_path, results, reason)
+
+
+def test_a_rank_claiming_a_peer_id_it_does_not_own_stops_the_swarm_at_start(tmp_path: Path) -> None:
+    """A libp2p-style peer id embeds its key; rank 1 claims one whose key it does not hold.
+    With no key to check its records against, no rank starts (each says which rank to fix)."""
+    results = _hostile_game(tmp_path, "ImpostorBackend")
+    for code, err in results:
+        assert code == 3, err[-3000:]
+        assert "rank 1 has no usable identity" in err and "embeds another public key" in err

@@ -2,6 +2,8 @@
 
 A game declares one body type (``Policy.body_type``); the codec decodes a peer's bytes straight
 into it, so a payload is shape-, dtype- and length-checked in the same step it is parsed.
+Structs are ``gc=False`` (they hold no reference cycles): a payload of 100k+ tiny structs would
+otherwise trigger full collections whose cost grows with the whole heap (bench_fuzz).
 Bounds are static annotations (checked while decoding) plus ``__post_init__`` invariants
 (checked before the body reaches any game code). Numeric arrays travel as raw bytes with a
 declared dtype and shape, so decoding never allocates more than the payload itself.
@@ -49,7 +51,7 @@ def check_logprobs(values: tuple[float, ...], ids: tuple[Any, ...], what: str) -
         raise ValueError(f"{what}: log-prob {bad!r} is not a finite value <= 0")
 
 
-class Body(msgspec.Struct, frozen=True, tag=True, forbid_unknown_fields=True):
+class Body(msgspec.Struct, frozen=True, gc=False, tag=True, forbid_unknown_fields=True):
     """Base of every body: which task it answers and which stage input it saw (by digest)."""
 
     task_id: Id
@@ -74,7 +76,7 @@ class Body(msgspec.Struct, frozen=True, tag=True, forbid_unknown_fields=True):
 
 
 # --------------------------------------------------------------------------- LM tokens
-class TokenSample(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class TokenSample(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     """One sampled completion: exactly the ids the policy emitted (EOS included when it stopped
     on one), the behaviour log-prob of each under the sampling distribution, and why it ended."""
 
@@ -107,7 +109,7 @@ class TokenRollout(Body, frozen=True, tag="tokens"):
 
 
 # --------------------------------------------------------------------------- tool episodes
-class Turn(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Turn(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     """One message of an episode. Only ``assistant`` tokens were sampled by the policy: they
     carry log-probs and are the only ones a learner trains on (the loss mask)."""
 
@@ -157,7 +159,7 @@ class Episode(Body, frozen=True, tag="episode"):
 
 
 # --------------------------------------------------------------------------- arrays / trajectories
-class Array(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Array(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     """A typed n-d array as raw little-endian bytes; the size is checked against dtype x shape
     before anything reads it."""
 

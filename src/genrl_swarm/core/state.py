@@ -59,12 +59,17 @@ class GameState:
         for peer, bodies in received.items():
             seen: set[str] = set()
             start = time.thread_time()
+            if len(bodies) > len(inputs):  # one body per task at most: the rest is never looked at
+                why = f"{len(bodies)} bodies for {len(inputs)} tasks; the {len(bodies) - len(inputs)} extra were not read"
+                dropped.append(Drop(peer, stage, None, why))
+                bodies = bodies[: len(inputs)]
             for i, body in enumerate(bodies):
                 if peer != self.peer_id and time.thread_time() - start > cpu_budget:
                     why = f"checking its bodies took over {cpu_budget:.2f}s of CPU; {len(bodies) - i} left unread"
                     dropped.append(Drop(peer, stage, None, why, "cpu"))
                     break
                 reason, kind = self._refusal(stage, body, seen, check), "refused"
+                seen.add(body.task_id)  # a refused body still uses up its task: no retries
                 key = body.content_key() if reason is None else None
                 if key is not None and producers.setdefault((body.task_id, key), peer) != peer:
                     reason, kind = f"identical to the body {producers[(body.task_id, key)]} committed to first", "copy"

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 class TrustConfig:
     """Limits per sender and stage; the ``trust`` section of a recipe."""
 
-    max_bytes: int = 8 << 20  # payload bytes (on top of the backend's own max_bytes)
+    max_bytes: int = 2 << 20  # payload bytes (on top of the backend's own max_bytes)
     max_units: int = 1 << 20  # tokens / steps / samples its bodies hold (Body.units)
     cpu_budget: float = 2.0  # seconds of this peer's CPU to check, derive and score its bodies
     max_soft_drops: int = 8  # refused / failing / copied bodies per round before quarantine

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar, Generic, TypeVar
 
 from genrl_swarm.core.bodies import Body
@@ -37,9 +38,10 @@ class StageInput:
     prompt: str
     context: dict[str, Any] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def digest(self) -> str:
-        """Hash of everything the policy saw; a rollout is accepted only for the same digest."""
+        """Hash of everything the policy saw; a rollout is accepted only for the same digest.
+        Cached: every received body is compared with it (the context is never changed after)."""
         return content_id(self.task_id, self.stage, self.prompt, self.context)
 
 

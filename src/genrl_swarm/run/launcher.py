@@ -7,6 +7,7 @@ gets its own components, seeds (``${peer.seed}``) and output directory.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -116,6 +117,10 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     for i, comm in enumerate(comms):
         rank = getattr(comm, "rank", swarm.rank + i)
         managers.append(_build_peer(cfg, comm, rank, game=game, trust=trust, run=run, shared=shared, table=table, resume=resume))
+    # Models, tokenizers and datasets are built and live for the whole run: moving them out of
+    # the collector's reach keeps a full collection (triggered by decoding a peer's payload)
+    # from rescanning hundreds of thousands of objects that can never be garbage.
+    gc.freeze()
     return managers, run
 
 
