@@ -1,13 +1,13 @@
 """Exchange latency per stage against payload size and world size, per backend, on loopback.
 
-torch: each peer is its own process (gloo). hivemind: each peer has its own DHT process and
-p2pd daemon; their exchange loops run as threads of this process (hivemind's DHT does not start
-inside a spawn-started worker). Each exchange carries one TokenRollout of the payload's size
-(ids and log-probs, so encoding and checked decoding are included). p50/p95 over ``--iters``
-exchanges after one warm-up.
+torch: each peer is its own process (gloo). hivemind: each peer is its own process too, with its
+DHT process and p2pd daemon; payloads travel over libp2p streams, membership over the DHT. Each
+exchange carries one TokenRollout of the payload's size (ids and log-probs, so encoding and
+checked decoding are included). p50/p95 over ``--iters`` exchanges after one warm-up.
 
     python benchmarks/bench_exchange.py                       # torch (gloo), worlds 2 4 8
-    python benchmarks/bench_exchange.py --backends torch hivemind --worlds 2 4
+    python benchmarks/bench_exchange.py --backends torch hivemind --worlds 4 --sizes "256 KB" "4 MB"
+    python benchmarks/bench_exchange.py --bandit 4            # 4-peer bandit: exchange time per round, gloo vs hivemind
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from common import machine, table
@@ -52,7 +53,7 @@ def exchanges(backend: Any, world: int, iters: int) -> dict[str, list[float]]:
     step = 0
     for label, size in SIZES.items():
         if size > backend.codec.max_bytes:
-            continue  # refused before sending (hivemind: 4 MiB messages; a larger DHT value crashes its DHT process)
+            continue  # refused before sending (over the backend's max_bytes)
         for i in range(iters + 1):
             step += 1
             body = payload(size, step)
@@ -89,32 +90,92 @@ def run_torch(world: int, iters: int) -> dict[str, list[float]]:
     return timings
 
 
-def run_hivemind(world: int, iters: int) -> dict[str, list[float]]:
-    from concurrent.futures import ThreadPoolExecutor
-
+def hivemind_peer(index: int, world: int, iters: int, initial: str | None) -> None:
+    """One hivemind peer of the benchmark, in its own process; peer 0 prints the timings."""
     from genrl_swarm.comm.hivemind_dht import HivemindBackend
 
-    first = HivemindBackend(min_peers=world, swarm=f"bench{world}")
-    peers = [first] + [
-        HivemindBackend(initial_peers=first.visible_maddrs(), min_peers=world, swarm=f"bench{world}")
-        for _ in range(world - 1)
-    ]
+    backend = HivemindBackend(initial_peers=[initial] if initial else [], swarm=f"bench{world}", max_bytes=16 << 20)
+    print("MADDR", backend.visible_maddrs()[0], flush=True)
     try:
-        with ThreadPoolExecutor(world) as pool:
-            return list(pool.map(lambda b: exchanges(b, world, iters), peers))[0]
+        end = time.monotonic() + 120
+        while len(backend.membership.live()) < world:  # every peer in before the first exchange
+            if time.monotonic() > end:
+                raise RuntimeError(f"only {len(backend.membership.live())} of {world} peers joined")
+            time.sleep(0.05)
+        timings = exchanges(backend, world, iters)
+        backend.exchange(10**6, 0, [payload(1, 0)], timeout=30, body_type=type(payload(1, 0)))  # a barrier: nobody leaves while others still pull
+        time.sleep(1.0)
+        if index == 0:
+            print("TIMINGS", json.dumps(timings), flush=True)
     finally:
-        for peer in peers:
-            peer.close()
+        backend.close()
+
+
+def run_hivemind(world: int, iters: int) -> dict[str, list[float]]:
+    """``world`` peer processes (fresh interpreters: hivemind forks its DHT process, which does
+    not mix with torch's spawn machinery); returns peer 0's timings."""
+    base = [sys.executable, __file__, "--hivemind-world", str(world), "--iters", str(iters), "--sizes", *SIZES]
+    first = subprocess.Popen([*base, "--hivemind-peer", "0"], stdout=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    maddr = first.stdout.readline().split()[-1]
+    others = [subprocess.Popen([*base, "--hivemind-peer", str(i), "--initial", maddr], stdout=subprocess.DEVNULL) for i in range(1, world)]
+    try:
+        out, _ = first.communicate(timeout=900)
+        for p in others:
+            p.wait(timeout=120)
+    finally:
+        for p in [first, *others]:
+            p.kill()
+    line = next(x for x in out.splitlines() if x.startswith("TIMINGS "))
+    timings: dict[str, list[float]] = json.loads(line.split(" ", 1)[1])
+    return timings
 
 
 def run(kind: str, world: int, iters: int) -> dict[str, list[float]]:
+    return run_torch(world, iters) if kind == "torch" else run_hivemind(world, iters)
+
+
+def bandit(kind: str, world: int, rounds: int, tmp: str) -> list[float]:
+    """Exchange seconds per round (both stages) of a ``world``-peer bandit game, rounds 1..end."""
+    from genrl_swarm.run.metrics import read_metrics
+
+    run_dir = os.path.join(tmp, "run")
+    os.makedirs(tmp, exist_ok=True)
+    common = ["--recipe", "bandit", f"run.dir={run_dir}", f"game.max_rounds={rounds}", "game.mode=train",
+              "run.tensorboard=false", "run.plot=false", "run.console=false", "run.checkpoint_every=1000"]  # fmt: skip
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     if kind == "torch":
-        return run_torch(world, iters)
-    # A fresh interpreter: hivemind's forked DHT processes break in one that used torch's spawn machinery.
-    cmd = [sys.executable, __file__, "--hivemind-world", str(world), "--iters", str(iters), "--sizes", *SIZES]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
-    timings: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return timings
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world), "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "genrl_swarm.cli", "run", *common,
+               "communication=torch", "swarm.num_peers=1"]  # fmt: skip
+        subprocess.run(cmd, timeout=900, check=True, **quiet)  # type: ignore[call-overload]
+    else:
+        swarm = [sys.executable, "-m", "genrl_swarm.cli", "swarm", *common, f"communication.min_peers={world}"]
+        log_path = os.path.join(tmp, "first.log")
+        with open(log_path, "w") as sink:
+            first = subprocess.Popen([*swarm, "--identity", os.path.join(tmp, "p0.key")], stdout=sink, stderr=subprocess.STDOUT)
+            end, maddr = time.monotonic() + 120, ""
+            while not maddr and time.monotonic() < end:
+                maddr = next((x.rsplit(" ", 1)[1] for x in open(log_path).read().splitlines() if "--initial-peers " in x), "")
+                time.sleep(0.1)
+            join = ["--initial-peers", maddr]
+            others = [subprocess.Popen([*swarm, "--identity", os.path.join(tmp, f"p{i}.key"), *join], **quiet) for i in range(1, world)]  # type: ignore[call-overload]
+            for p in [first, *others]:
+                if p.wait(timeout=900) != 0:
+                    raise RuntimeError(f"a hivemind bandit peer failed; see {log_path}")
+    rows = [r for peer in os.listdir(run_dir) if os.path.isfile(f := os.path.join(run_dir, peer, "metrics.jsonl")) for r in read_metrics(Path(f))]
+    return [sum(v for k, v in r.items() if k.startswith("time/exchange_s")) for r in rows if r["round"] > 0]
+
+
+def bandit_table(world: int, rounds: int) -> str:
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = {kind: sorted(t * 1000 for t in bandit(kind, world, rounds, os.path.join(tmp, kind))) for kind in ("torch", "hivemind")}
+    p50 = {k: statistics.median(v) for k, v in measured.items()}
+    rows.append([world, rounds, p50["torch"], p50["hivemind"], f"{p50['hivemind'] / p50['torch']:.1f}x"])
+    return table(["peers", "rounds", "gloo exchange ms/round p50", "hivemind exchange ms/round p50", "hivemind/gloo"], rows)
 
 
 def main() -> None:
@@ -123,13 +184,22 @@ def main() -> None:
     p.add_argument("--worlds", nargs="+", type=int, default=[2, 4, 8])
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="payload sizes to measure")
+    p.add_argument("--bandit", type=int, default=0, metavar="PEERS", help="instead: exchange time per round of a bandit game, gloo vs hivemind")
+    p.add_argument("--rounds", type=int, default=30, help="bandit rounds")
     p.add_argument("--hivemind-world", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--hivemind-peer", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--initial", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     for label in list(SIZES):
         if label not in a.sizes:
             del SIZES[label]
-    if a.hivemind_world:
-        print(json.dumps(run_hivemind(a.hivemind_world, a.iters)))
+    if a.hivemind_peer >= 0:
+        hivemind_peer(a.hivemind_peer, a.hivemind_world, a.iters, a.initial)
+        return
+    if a.bandit:
+        print(machine())
+        print(f"exchange time per round (2 stages), each peer a process, loopback; rounds 1..{a.rounds - 1}, all peers")
+        print(bandit_table(a.bandit, a.rounds))
         return
     rows = []
     for world in a.worlds:

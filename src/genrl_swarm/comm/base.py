@@ -54,6 +54,8 @@ class ByteBackend(Communication):
         #: ranks), as the membership layer announced them.
         self.keys: dict[str, bytes] = {}
         self.dropped_total = 0  # bad payloads over this backend's life
+        #: Senders this peer quarantines this exchange: transports do not wait for them.
+        self.quarantined: frozenset[str] = frozenset()
 
     @classmethod
     def spawn(cls, num_peers: int, **kwargs: Any) -> list[Communication]:
@@ -85,6 +87,7 @@ class ByteBackend(Communication):
         ignore: Collection[str] = frozenset(),
     ) -> ExchangeResult:
         deadline = time.monotonic() + timeout
+        self.quarantined = frozenset(ignore)
         payload = self.codec.encode(self.peer_id, round, stage, bodies)
         mine = Commitment(self.swarm_id, round, stage, self.peer_id, hashlib.sha256(payload).digest(), len(payload), self.account)
         dropped: dict[str, str] = {}

@@ -1,107 +1,42 @@
-"""HiveMind DHT backend: a permissionless swarm with no master.
+"""HiveMind backend: a permissionless swarm with no master, one peer per process.
 
-Exchange = store this peer's encoded payload under the key (swarm, round, stage) with the peer
-id as subkey and an expiration, then poll with backoff until ``min_peers`` payloads are there
-or the deadline passes. Each peer also records the round it is playing, so one that fell
-behind jumps to the swarm's round (``swarm_round``) instead of holding the others back.
+* **Identity.** The peer's libp2p key is its swarm ``Identity`` (an Ed25519 key file p2pd reads),
+  so the stream-authenticated peer id is the id every signature is checked under.
+* **Membership** lives on the DHT as small signed records, renewed and expiring after
+  ``liveness_timeout`` (``hivemind_membership``). An exchange waits for the members alive now, not
+  for a fixed count: a peer that stops renewing stops being waited for.
+* **Payloads** never touch the DHT: each peer serves its bytes per (round, stage, phase) from a
+  libp2p stream handler and pulls everyone else's concurrently (``hivemind_streams``).
+* **Deadlines.** Every DHT and P2P call has one; if the DHT process or p2pd dies, ``exchange``
+  raises SwarmFailure within its timeout, and ``close()`` frees the identity lock.
+* **Catch-up** (``swarm_round``) follows only a round a quorum of live members' signed records
+  attests, and never more than ``max_jump`` rounds past this peer's own.
 """
 
 from __future__ import annotations
 
-import ctypes
-import fcntl
+import asyncio
 import hashlib
 import logging
-import os
-import shutil
-import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from genrl_swarm.comm.base import ByteBackend, RawExchange
+from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
+from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, MAX_RECORD_BYTES
 from genrl_swarm.comm.errors import SwarmFailure
+from genrl_swarm.comm.hivemind_boot import NEW_PEER, PeerIdentity, check_multiaddrs, initial_peers_from_env, start_dht
+from genrl_swarm.comm.hivemind_loop import LoopThread
+from genrl_swarm.comm.hivemind_members import MAX_LIFETIME, MemberValidator, attested_round
+from genrl_swarm.comm.hivemind_membership import Membership
+from genrl_swarm.comm.hivemind_peers import AddressBook
+from genrl_swarm.comm.hivemind_process import kill_all, p2pd_of, running
+from genrl_swarm.comm.hivemind_streams import Puller, SlotStore, serve, serve_unary
 
 log = logging.getLogger(__name__)
-PEERS_ENV = "GENRL_SWARM_INITIAL_PEERS"
-#: hivemind's connections carry messages up to 4 MiB; leave room for the DHT's own framing.
-DEFAULT_MAX_BYTES = 3_500_000
-#: Payloads go into the DHT in chunks this small. hivemind's DHT process reads its control pipe
-#: from a non-blocking fd; a store request larger than one atomic pipe write (4 KiB) can be read
-#: half-way and kill that process (seen here with 60 KB - 200 KB values).
-CHUNK = 3_000
-
-
-def initial_peers_from_env() -> list[str]:
-    return os.environ.get(PEERS_ENV, "").replace(",", " ").split()
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (Linux /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def _die_with_parent() -> None:
-    """In hivemind's forked DHT process: when the peer process dies (even by SIGKILL), take
-    p2pd down and exit, instead of lingering as an orphan that still holds the peer id."""
-
-    def stop(signum: int, frame: object) -> None:
-        for child in _children(os.getpid()):
-            os.kill(child, signal.SIGKILL)
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: no parent-death signal to ask for
-        return
-    if os.getppid() == 1:  # the parent died before the request took effect
-        stop(signal.SIGTERM, None)
-
-
-def _dht_class() -> Any:
-    import hivemind
-
-    class PeerDHT(hivemind.DHT):  # type: ignore[misc]
-        def run(self) -> None:
-            _die_with_parent()
-            super().run()
-
-    return PeerDHT
-
-
-class IdentityLock:
-    """Holds an exclusive lock beside the identity file while this peer runs: two processes
-    with one identity would fight over one peer id. The OS drops the lock if we die."""
-
-    def __init__(self, identity_path: str) -> None:
-        self.path = Path(identity_path).expanduser()
-        if self.path.exists() and not os.access(self.path, os.R_OK):
-            raise SwarmFailure(f"identity file {self.path} is not readable: fix its permissions or pass another --identity")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = open(f"{self.path}.lock", "w")  # noqa: SIM115 - held for the peer's lifetime
-        try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            self._file.close()
-            raise SwarmFailure(
-                f"identity file {self.path} is already used by a running peer: stop it, or give this peer its own --identity"
-            ) from e
-
-    def release(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+#: A signed commitment is far below this; base.py refuses anything larger anyway.
+COMMIT_LIMIT = MAX_RECORD_BYTES + 512
 
 
 class HivemindBackend(ByteBackend):
@@ -110,117 +45,237 @@ class HivemindBackend(ByteBackend):
         initial_peers: Sequence[str] = (),
         host_maddrs: Sequence[str] = ("/ip4/127.0.0.1/tcp/0",),
         identity_path: str | None = None,
+        peers_path: str | None = None,
         swarm: str = "genrl-swarm",
-        min_peers: int = 2,
-        ttl: float = 600.0,
+        min_peers: int = 1,
+        min_peers_timeout: float = 300.0,
+        liveness_timeout: float = 3.0,
+        max_jump: int = 50,
+        catch_up_quorum: float = 0.5,
+        max_concurrency: int = 32,
         startup_timeout: float = 30.0,
-        max_poll_interval: float = 1.0,
+        call_timeout: float = 5.0,
+        nat_traversal: bool = False,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
-        super().__init__(max_bytes)
-        self.swarm, self.min_peers, self.ttl, self.max_poll = swarm, min_peers, ttl, max_poll_interval
-        self.initial_peers = list(initial_peers) or initial_peers_from_env()
-        self._lock = IdentityLock(identity_path) if identity_path else None
-        self.dht = self._start(list(host_maddrs), identity_path, startup_timeout)
-        self._peer_id = str(self.dht.peer_id)
-        # A stable per-identity number, so ${peer.rank}/${peer.seed} differ between peers.
-        self.rank = int(hashlib.sha256(self._peer_id.encode()).hexdigest()[:6], 16)
-        log.info("DHT peer %s listening on %s", self._peer_id, " ".join(self.visible_maddrs()))
-
-    def _start(self, host_maddrs: list[str], identity_path: str | None, timeout: float) -> Any:
+        if not 0 < liveness_timeout <= MAX_LIFETIME or max_jump < 0 or not 0 <= catch_up_quorum < 1 or max_concurrency < 1:
+            raise ValueError(
+                f"hivemind: need 0 < liveness_timeout <= {MAX_LIFETIME:.0f}, max_jump >= 0, 0 <= catch_up_quorum < 1, max_concurrency >= 1"
+            )
         try:
-            import hivemind
+            import hivemind  # noqa: F401
         except ImportError as e:
             raise SwarmFailure("the hivemind backend needs: pip install 'genrl-swarm[hivemind]'") from e
-        kwargs: dict[str, Any] = {"host_maddrs": host_maddrs, "startup_timeout": timeout}
-        if identity_path:
-            kwargs["identity_path"] = str(Path(identity_path).expanduser())
-        try:
-            return _dht_class()(initial_peers=self.initial_peers, start=True, **kwargs)
-        except Exception as e:  # noqa: BLE001 - hivemind raises plain Exceptions; each is explained below
-            if self._lock:
-                self._lock.release()
-            raise SwarmFailure(self._explain(e, host_maddrs, timeout)) from e
-
-    def _explain(self, error: BaseException, host_maddrs: list[str], timeout: float) -> str:
-        text = str(error)
-        if "bootstrap" in text:
-            return (
-                f"no initial peer answered (tried {', '.join(self.initial_peers)}). Check that those peers are "
-                f"running, that each multiaddr is exactly what the first peer printed (with its /p2p/ id), and "
-                f"that their ports are reachable from here."
+        configured = list(initial_peers) or initial_peers_from_env()
+        check_multiaddrs(configured, host_maddrs)
+        self._key = PeerIdentity(identity_path)
+        super().__init__(max_bytes, self._key.identity, swarm)
+        if any(m.rstrip("/").endswith(f"/p2p/{self.peer_id}") for m in configured):
+            self._key.release()
+            raise SwarmFailure(
+                f"initial peers include this peer's own id {self.peer_id}: identity {self._key.path} is already running "
+                f"there; join through another peer, or {NEW_PEER}"
             )
-        if "address already in use" in text.lower():
-            return f"port in use: cannot listen on {', '.join(host_maddrs)}; pick a free port or /tcp/0"
-        if isinstance(error, TimeoutError) or "timeout" in text.lower() or "timed out" in text.lower():
-            binary = shutil.which("p2pd") or "hivemind's bundled p2pd"
-            return f"the p2pd daemon ({binary}) did not start within {timeout:.0f}s; raise communication.startup_timeout"
-        if "identity" in text.lower() or "key" in text.lower():
-            return f"cannot use the identity file: {text.splitlines()[0]}. Delete it to make a new identity."
-        return f"the DHT did not start: {text.splitlines()[0] if text else type(error).__name__}"
+        self.min_peers, self.min_peers_timeout = min_peers, min_peers_timeout
+        self.liveness, self.max_jump, self.quorum = liveness_timeout, max_jump, catch_up_quorum
+        self.call_timeout = call_timeout
+        self.round, self.resumed_round = -1, -1  # latest round exchanged in; round a resume starts at
+        self._interrupted, self._gate_open, self._missing = False, False, frozenset[str]()
+        self._closed = False
+        self._p2pd: int | None = None
+        # Set by _start; close() copes with any of them missing (a start that failed half-way).
+        self.dht: Any = None
+        self.p2p: Any = None
+        self._loop: LoopThread
+        self.membership: Membership
+        book_path = Path(peers_path).expanduser() if peers_path else Path(f"{self._key.path}.peers.json") if identity_path else None
+        self.book = AddressBook(book_path, self.peer_id)
+        self._sightings: dict[str, float] = {}  # peer -> last traffic from it (written on the event loop)
+        try:
+            self._start(configured, list(host_maddrs), startup_timeout, max_concurrency, nat_traversal)
+        except BaseException:
+            self.close()
+            raise
+        # A stable per-identity number, so ${peer.rank}/${peer.seed} differ between peers.
+        self.rank = int(hashlib.sha256(self.peer_id.encode()).hexdigest()[:6], 16)
+        log.info("DHT peer %s listening on %s", self.peer_id, " ".join(self._maddrs))
+
+    def _start(self, configured: list[str], host_maddrs: list[str], timeout: float, concurrency: int, nat: bool) -> None:
+        remembered = [m for m in self.book.load() if m not in configured]
+        validator = MemberValidator(self.swarm_id)
+        try:
+            self.dht = start_dht(self._key.path, configured + remembered, host_maddrs, timeout, [validator], nat)
+        except SwarmFailure:
+            if configured or not remembered:
+                raise
+            log.warning("%s: none of the %d remembered peers answered; starting a new swarm", self.peer_id, len(remembered))
+            self.dht = start_dht(self._key.path, [], host_maddrs, timeout, [validator], nat)
+        self._p2pd = p2pd_of(self.dht.pid)
+        self._loop = LoopThread(f"p2p-{self.peer_id[-6:]}")
+        self._loop.call(self._open_streams(concurrency), timeout)
+        if str(self.p2p.peer_id) != self.peer_id:
+            raise SwarmFailure(f"p2pd runs as {self.p2p.peer_id}, not as identity {self.peer_id} from {self._key.path}")
+        self.membership = Membership(
+            self.dht, self.identity, self.swarm_id, self._maddrs, self.liveness, self.call_timeout, self._own_round, self.book, self._sightings
+        )
+        self.membership.start()
+
+    async def _open_streams(self, concurrency: int) -> None:
+        from hivemind import DHT
+        from hivemind.p2p import P2P, PeerID
+
+        maddr = await asyncio.wrap_future(self.dht.run_coroutine(DHT._get_p2p_daemon_listen_maddr, return_future=True))
+        self._daemon_socket = Path(str(maddr).removeprefix("/unix"))
+        self.p2p = await P2P.replicate(maddr)
+        self.store = SlotStore(self._sightings)
+        self._proto = f"/genrl-swarm/{self.swarm_id}/slot/2"
+        await self.p2p.add_binary_stream_handler(self._proto, lambda *a: serve(self.store, *a))
+        await self.p2p._client.add_unary_handler(f"{self._proto}/unary", lambda *a: serve_unary(self.store, *a))
+        self._maddrs = [str(m) for m in await self.p2p.get_visible_maddrs()]
+        self._dialed: dict[str, float] = {}
+        ids: dict[str, Any] = {}  # peer id text -> hivemind PeerID, parsed once
+        self.puller = Puller(self.p2p, self._proto, concurrency, lambda p: ids.get(p) or ids.setdefault(p, PeerID.from_base58(p)), self._sightings)
 
     @property
     def peer_id(self) -> str:
-        return self._peer_id
+        return self.identity.peer_id
 
     def visible_maddrs(self) -> list[str]:
-        return [str(m) for m in self.dht.get_visible_maddrs()]
+        return list(self._maddrs)
 
-    def _key(self, round: int, stage: int) -> str:
-        return f"{self.swarm}/r{round}/s{stage}"
+    def _own_round(self) -> int:
+        return self.round
 
-    def _exchange_bytes(self, round: int, stage: int, data: bytes, timeout: float) -> RawExchange:
-        from hivemind.utils import get_dht_time
+    # -- exchange ---------------------------------------------------------------------------
 
-        deadline, key = time.monotonic() + timeout, self._key(round, stage)
-        expiration = get_dht_time() + self.ttl
-        self.dht.store(f"{self.swarm}/progress", round, expiration, subkey=self.peer_id)
-        chunks = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
-        for i, chunk in enumerate(chunks):
-            if not self.dht.store(key, chunk, expiration, subkey=f"{self.peer_id}#{i}/{len(chunks)}"):
-                log.warning("%s: the DHT did not accept chunk %d of this peer's payload for %s", self.peer_id, i, key)
-        payloads, wait = {}, 0.05
-        while True:
-            payloads = self._read(key)
-            remaining = deadline - time.monotonic()
-            if len(payloads) >= self.min_peers or remaining <= 0:
-                return RawExchange(payloads, expected=self.min_peers)
-            time.sleep(min(wait, remaining))
-            wait = min(wait * 2, self.max_poll)
+    def _exchange_bytes(
+        self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None
+    ) -> RawExchange:
+        self._raise_if_failed()
+        if phase == "commit":
+            self.round = max(self.round, round)
+            self._open_gate()
+        deadline = time.monotonic() + timeout
+        targets = set(self.membership.live() if wait_for is None else wait_for) - {self.peer_id} - self.quarantined
+        limit = COMMIT_LIMIT if phase == "commit" else self.codec.max_bytes
+        left = max(deadline - time.monotonic(), 0.0)
+        try:
+            got = self._loop.call(self._pull((round, stage, phase), data, sorted(targets), limit, left), left + 2.0)
+        except TimeoutError as e:  # the loop itself did not answer: p2pd or this process is stuck
+            self._raise_if_failed()
+            raise SwarmFailure(f"peer {self.peer_id}: the p2p event loop did not answer within {left + 2:.0f}s") from e
+        self._raise_if_failed()
+        self._log_missing(round, stage, phase, targets - got.keys())
+        return RawExchange({self.peer_id: data, **got}, expected=len(targets) + 1)
 
-    def _read(self, key: str) -> dict[str, Any]:
-        """Every peer's payload under ``key``, reassembled from its chunks (``peer#i/n``); a peer
-        whose chunks are not all there yet is left out. Odd records (no chunk suffix, non-bytes
-        values) are passed on as they are, for the codec to reject: dropped, never a crash."""
-        found = self.dht.get(key, latest=True)
-        if found is None or not isinstance(found.value, dict):
-            return {}
-        whole: dict[str, Any] = {}
-        parts: dict[str, dict[int, Any]] = {}
-        counts: dict[str, int] = {}
-        for sub, item in found.value.items():
-            if item is None:
-                continue
-            peer, sep, position = str(sub).rpartition("#")
-            index, _, total = position.partition("/")
-            if not (sep and index.isdigit() and total.isdigit() and isinstance(item.value, bytes)):
-                whole[str(sub)] = item.value
-                continue
-            parts.setdefault(peer, {})[int(index)] = item.value
-            counts[peer] = int(total)
-        for peer, chunks in parts.items():
-            if len(chunks) == counts[peer] and set(chunks) == set(range(counts[peer])):
-                whole[peer] = b"".join(chunks[i] for i in range(counts[peer]))
-        return whole
+    async def _pull(self, slot: tuple[int, int, str], data: bytes, targets: list[str], limit: int, timeout: float) -> dict[str, bytes]:
+        self.store.put(slot, data)
+        deadline = asyncio.get_running_loop().time() + timeout
+        return await self.puller.pull(targets, slot, deadline, limit, self._wanted, self._redial, self._stopped)
+
+    def _wanted(self, peer: str) -> bool:
+        return peer in self.membership.live()
+
+    def _stopped(self) -> bool:
+        return self._interrupted or self._failure() is not None
+
+    async def _redial(self, peer: str) -> None:
+        """Connect to ``peer`` at the addresses its record announces (at most once a second):
+        p2pd only knows the addresses of peers the DHT has met."""
+        from hivemind.utils.multiaddr import Multiaddr
+
+        record = self.membership.view.records.get(peer)
+        now = time.monotonic()
+        if record is None or now - self._dialed.get(peer, 0.0) < 1.0:
+            return
+        self._dialed[peer] = now
+        try:
+            maddrs = [Multiaddr(m) for m in record.maddrs]
+            await asyncio.wait_for(self.p2p._client.connect(self.puller.peer_id_of(peer), maddrs), min(self.call_timeout, 2.0))
+        except (*self.puller.errors, asyncio.TimeoutError, ValueError) as e:
+            log.debug("%s: dialing %s failed: %s", self.peer_id, peer, e)
+
+    def _open_gate(self) -> None:
+        """Before this peer's first exchange only: wait (at most ``min_peers_timeout``) for
+        ``min_peers`` live members, so a swarm started together plays its first round together."""
+        deadline = time.monotonic() + self.min_peers_timeout
+        if not self._gate_open and len(self.membership.live()) < self.min_peers:
+            log.info("%s: waiting up to %.0fs for %d live members before the first round", self.peer_id, self.min_peers_timeout, self.min_peers)
+        while not self._gate_open and not self._interrupted and time.monotonic() < deadline:  # bounded by the deadline
+            if len(self.membership.live()) >= self.min_peers:
+                break
+            self._raise_if_failed()
+            time.sleep(0.05)
+        self._gate_open = True
+
+    def _log_missing(self, round: int, stage: int, phase: Phase, missing: set[str]) -> None:
+        """Say who did not answer, once per change of that set (not at every stage)."""
+        if phase == "reveal" and not missing:
+            return
+        now = frozenset(missing)
+        if now == self._missing:
+            return
+        if now:
+            log.warning("%s r%d/s%d: no %s from %s before the deadline", self.peer_id, round, stage, phase, ", ".join(sorted(now)))
+        else:
+            log.info("%s r%d/s%d: every live member answered again", self.peer_id, round, stage)
+        self._missing = now
+
+    # -- health and catch-up ----------------------------------------------------------------
+
+    def _failure(self) -> str | None:
+        if self.dht is None or self._closed:
+            return None
+        if not self.dht.is_alive():
+            return f"the DHT process of peer {self.peer_id} (pid {self.dht.pid}) died with exit code {self.dht.exitcode}"
+        if self._p2pd is not None and not running(self._p2pd):
+            return f"the p2pd daemon of peer {self.peer_id} (pid {self._p2pd}) died"
+        return None
+
+    def _raise_if_failed(self) -> None:
+        failure = self._failure()
+        if failure is not None:
+            raise SwarmFailure(f"{failure}: this peer cannot reach the swarm any more; restart it (with --resume to continue from its checkpoint)")
 
     def swarm_round(self) -> int:
-        """The highest round any peer announced: where a peer that fell behind rejoins."""
-        rounds = [v for v in self._read(f"{self.swarm}/progress").values() if isinstance(v, int) and v >= 0]
-        return max(rounds, default=0)
+        """The round a quorum of live members attests, at most ``max_jump`` past this peer's."""
+        own = max(self.round, self.resumed_round, 0)
+        others = [r.round for p, r in self.membership.live().items() if p != self.peer_id]
+        return attested_round(own, others, self.quorum, self.max_jump)
+
+    def resume_at(self, round: int) -> None:
+        """Resuming from a checkpoint: ``round`` is where this peer stands for ``max_jump``."""
+        self.resumed_round = max(self.resumed_round, round)
+
+    def interrupt(self) -> None:
+        self._interrupted = True
 
     def close(self) -> None:
-        try:
-            self.dht.shutdown()
-        finally:
-            if self._lock:
-                self._lock.release()
+        """Leave (announced, when the DHT still works), stop the loop, the DHT process and p2pd,
+        and free the identity lock. Bounded: a few seconds even when a part is dead or stuck."""
+        if self._closed:
+            return
+        healthy = self._failure() is None
+        membership: Membership | None = getattr(self, "membership", None)
+        if membership is not None:
+            membership.close(announce=healthy)
+        self._closed = True
+        loop: LoopThread | None = getattr(self, "_loop", None)
+        if loop is not None:
+            if self.p2p is not None:
+                try:  # closes this process's client of p2pd and removes its socket file
+                    loop.call(self.p2p.shutdown(), 2.0)
+                except (TimeoutError, OSError) as e:
+                    log.debug("%s: p2p client shutdown: %s", self.peer_id, e)
+            loop.close()
+        if self.dht is not None and self.dht.is_alive():
+            if healthy:
+                self.dht.shutdown()  # hivemind joins for 3 s, then terminates
+            else:
+                self.dht.terminate()  # its p2pd is gone: nothing to shut down gracefully
+            self.dht.join(3)
+        kill_all([self._p2pd])  # p2pd orphaned if the DHT process was killed
+        socket_file: Path | None = getattr(self, "_daemon_socket", None)
+        if socket_file is not None and socket_file.name.startswith("hivemind-p2pd-"):
+            socket_file.unlink(missing_ok=True)  # left behind by a p2pd that was killed
+        self._key.release()

@@ -121,7 +121,9 @@ class InMemoryBackend(ByteBackend):
         self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None
     ) -> RawExchange:
         self.swarm.post(round, stage, phase, self.peer_id, data, self._handle)
-        return RawExchange(self.swarm.collect(round, stage, phase, timeout, wait_for), expected=len(self.swarm.members))
+        wanted = set(self.swarm.members if wait_for is None else wait_for) - self.quarantined
+        expected = len(self.swarm.members - self.quarantined)
+        return RawExchange(self.swarm.collect(round, stage, phase, timeout, wanted), expected=expected)
 
     def interrupt(self) -> None:
         self.swarm.interrupt()

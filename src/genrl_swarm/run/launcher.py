@@ -148,12 +148,16 @@ def _build_peer(
         coordinator.register(comm.peer_id)
         coordinator.restore(comm.peer_id, float(saved.get("cumulative_reward", 0.0)), int(saved.get("wins", 0)))
         manager.start_round = checkpoint[0] + 1
+        if hasattr(comm, "resume_at"):  # the transport counts catch-up jumps from here, not round 0
+            comm.resume_at(manager.start_round)
         log.info("%s resumes from %s at round %d (cumulative reward %.3f)", comm.peer_id, checkpoint[1], manager.start_round, saved.get("cumulative_reward", 0.0))
     elif resume:
         log.info("%s: no checkpoint in %s, starting at round 0", comm.peer_id, directory / "checkpoints")
-    manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round))
+    # The checkpoint first: a peer killed between the two hooks then has the round's training
+    # saved and replays at most its metrics row, never loses a round of work.
     checkpointer = Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds)
     manager.hooks.after_round.append(checkpointer)
+    manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round))
     manager.hooks.after_game.append(checkpointer.on_stop)
     if table is not None:
         manager.hooks.after_round.append(table)

@@ -22,15 +22,18 @@ def flatten(result: RoundResult) -> dict[str, float]:
 class MetricsLogger:
     """An ``after_round`` hook; one per peer, in ``<run dir>/<peer id>/``.
 
-    When this run logs its first round r, rows of round r and later (played after the checkpoint
-    a resumed run starts from, or by an earlier run in the same directory) are removed, so every
-    round appears once; TensorBoard purges from ``start_round``, the first round it may replay.
+    Rows of ``start_round`` and later (played after the checkpoint a resumed run starts from, or
+    by an earlier run in the same directory) are removed when the logger starts, so every round
+    appears once, and a round the resumed peer then skips (catch-up) leaves no row behind;
+    TensorBoard purges from ``start_round`` too.
     """
 
     def __init__(self, directory: Path, tensorboard: bool = True, start_round: int = 0) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "metrics.jsonl"
-        self._pruned = False
+        if self.path.exists():
+            kept = [row for row in read_metrics(self.path) if row.get("round", -1) < start_round]
+            self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
         self._writer: Any = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # heavy import, only when asked
@@ -41,10 +44,6 @@ class MetricsLogger:
         scalars = flatten(result)
         scalars["reward/cumulative"], scalars["wins"] = manager.coordinator.tally(result.peer_id)
         scalars |= {f"dropped/{p}": float(n) for p, n in result.dropped.items()}
-        if not self._pruned and self.path.exists():
-            kept = [row for row in read_metrics(self.path) if row.get("round", -1) < result.round]
-            self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
-        self._pruned = True
         record = {"round": result.round, "peer": result.peer_id, "winners": list(result.winners), **scalars}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")

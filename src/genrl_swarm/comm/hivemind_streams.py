@@ -1,0 +1,243 @@
+"""Payloads over libp2p streams: each peer serves its own bytes per (round, stage, phase), and
+pulls everyone else's.
+
+A pull is a long poll. The requester asks the member's handler for a slot; the handler answers
+at once if it has the bytes, or waits (bounded) until it does. The question travels as a unary
+call over p2pd's persistent connection (half the latency of a new stream); an answer larger than
+``UNARY_MAX`` comes over a stream of its own instead (unary messages are capped and slower). It answers
+"gone" if it has moved past that slot and "behind" if it is more than a round behind it, so
+nobody waits for a slot that will not come. The sender of the bytes is the peer the call or
+stream was opened to: libp2p authenticates the remote end of both, so a peer can only ever speak
+for itself, whatever its bytes claim.
+
+Everything here runs on the backend's event loop (``LoopThread``); every await has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import struct
+import time
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
+
+log = logging.getLogger(__name__)
+Slot = tuple[int, int, str]  # round, stage, phase
+PHASES = ("commit", "reveal")
+VERSION = 2
+#: version, round, stage, phase index, how long the requester waits (ms): fixed size, so the
+#: handler reads exactly this many bytes from a stranger and no more.
+REQUEST = struct.Struct(">BqIBI")
+LENGTH = struct.Struct(">Q")
+#: How long a handler keeps one long poll open; the requester asks again if its deadline allows.
+MAX_SERVE_WAIT = 30.0
+IO_TIMEOUT = 30.0
+UNARY_MAX = 64 * 1024
+#: How long a handler more than a round behind the slot waits before saying so: two peers that
+#: jump to a new round together post within moments of each other.
+BEHIND_GRACE = 2.0
+
+
+class Status(enum.IntEnum):
+    DATA = 0  # the bytes follow
+    LATER = 1  # not posted yet; ask again
+    GONE = 2  # this peer moved past the slot: it will never post it
+    BEHIND = 3  # this peer is more than a round behind the slot (after BEHIND_GRACE): do not wait for it
+    STREAM = 4  # too large for a unary answer: ask again over a stream
+
+
+class ProtocolError(ValueError):
+    """A peer answered something that is not this protocol (unknown status, oversized)."""
+
+
+#: peer id -> when (time.time()) it last talked to us over a stream or call: proof it is alive
+#: even when its membership renewals are slow to show up on a busy DHT.
+Sightings = dict[str, float]
+
+
+class SlotStore:
+    """This peer's own bytes per slot for the last ``keep_rounds`` rounds, and the pulls
+    waiting for them. Lives on the event loop. Every request is a sighting of its sender."""
+
+    def __init__(self, sightings: Sightings, keep_rounds: int = 4) -> None:
+        self.sightings, self.keep_rounds = sightings, keep_rounds
+        self.latest: tuple[int, int] | None = None  # (round, stage) of the newest post
+        self._slots: dict[Slot, bytes] = {}
+        self._posted = asyncio.Event()
+
+    def put(self, slot: Slot, data: bytes) -> None:
+        self._slots[slot] = data
+        if self.latest is None or slot[:2] > self.latest:
+            self.latest = (slot[0], slot[1])
+        for old in [s for s in self._slots if s[0] < self.latest[0] - self.keep_rounds]:
+            del self._slots[old]
+        posted, self._posted = self._posted, asyncio.Event()
+        posted.set()
+
+    def status(self, slot: Slot) -> tuple[Status, bytes]:
+        if slot in self._slots:
+            return Status.DATA, self._slots[slot]
+        if self.latest is None:
+            return Status.LATER, b""
+        if slot[:2] < self.latest:
+            return Status.GONE, b""
+        if slot[0] > self.latest[0] + 1:
+            return Status.BEHIND, b""
+        return Status.LATER, b""
+
+    async def wait(self, slot: Slot, timeout: float) -> tuple[Status, bytes]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        end = start + timeout
+        while True:
+            status, data = self.status(slot)
+            if status is Status.BEHIND:
+                end = min(end, start + BEHIND_GRACE)
+            left = end - loop.time()
+            if status in (Status.DATA, Status.GONE) or left <= 0:
+                return status, data
+            try:
+                await asyncio.wait_for(self._posted.wait(), left)
+            except asyncio.TimeoutError:
+                continue  # the next status() decides; `left` is now <= 0
+
+
+async def serve_unary(store: SlotStore, request: bytes, remote: Any) -> bytes:
+    """The unary handler: status byte, then the bytes if they are small. A malformed request
+    raises here, and p2pd hands the caller an error."""
+    version, round, stage, phase, wait_ms = REQUEST.unpack(request)
+    store.sightings[str(remote)] = time.time()
+    if version != VERSION or phase >= len(PHASES):
+        raise ProtocolError(f"not a version {VERSION} slot request")
+    status, data = await store.wait((round, stage, PHASES[phase]), min(wait_ms / 1000, MAX_SERVE_WAIT))
+    if status is Status.DATA and len(data) > UNARY_MAX:
+        return bytes([Status.STREAM])
+    return bytes([status]) + data
+
+
+async def serve(store: SlotStore, info: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The stream handler: read one fixed-size request, answer from ``store``."""
+    try:
+        version, round, stage, phase, wait_ms = REQUEST.unpack(await asyncio.wait_for(reader.readexactly(REQUEST.size), IO_TIMEOUT))
+        store.sightings[str(info.peer_id)] = time.time()
+        if version != VERSION or phase >= len(PHASES):
+            return
+        status, data = await store.wait((round, stage, PHASES[phase]), min(wait_ms / 1000, MAX_SERVE_WAIT))
+        writer.write(bytes([status]))
+        if status is Status.DATA:
+            writer.write(LENGTH.pack(len(data)))
+            writer.write(data)
+        await asyncio.wait_for(writer.drain(), IO_TIMEOUT)
+    except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError) as e:
+        log.debug("serving %s: %s", getattr(info, "peer_id", "?"), e)
+    finally:
+        writer.close()
+
+
+def _status(code: int) -> Status:
+    if code not in Status._value2member_map_:
+        raise ProtocolError(f"unknown status {code}")
+    return Status(code)
+
+
+async def request(p2p: Any, peer: Any, proto: str, slot: Slot, wait: float, limit: int) -> tuple[Status, bytes]:
+    """One pull of ``slot`` from ``peer`` (a hivemind PeerID): a unary call, then a stream if
+    the answer is large. The caller bounds it in time."""
+    question = REQUEST.pack(VERSION, slot[0], slot[1], PHASES.index(slot[2]), max(int(wait * 1000), 0))
+    answer = await p2p._client.call_unary_handler(peer, f"{proto}/unary", question)
+    if not answer:
+        raise ProtocolError(f"empty answer for {slot}")
+    status = _status(answer[0])
+    if status is Status.STREAM:
+        return await request_stream(p2p, peer, proto, slot, limit)
+    if len(answer) - 1 > min(limit, UNARY_MAX):
+        raise ProtocolError(f"answered {len(answer) - 1} bytes for {slot}, over the limit of {min(limit, UNARY_MAX)}")
+    return status, answer[1:]
+
+
+async def request_stream(p2p: Any, peer: Any, proto: str, slot: Slot, limit: int) -> tuple[Status, bytes]:
+    """Pull ``slot`` over a stream of its own (the peer said it has it, and that it is large)."""
+    _, reader, writer = await p2p.call_binary_stream_handler(peer, proto)
+    try:
+        writer.write(REQUEST.pack(VERSION, slot[0], slot[1], PHASES.index(slot[2]), 0))
+        await writer.drain()
+        status = _status((await reader.readexactly(1))[0])
+        if status is not Status.DATA:
+            return status, b""
+        (size,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
+        if size > limit:
+            raise ProtocolError(f"offers {size} bytes for {slot}, over the limit of {limit}")
+        return Status.DATA, await reader.readexactly(size)
+    finally:
+        writer.close()
+
+
+class Puller:
+    """Pulls one slot from many peers at once, at most ``concurrency`` streams open, until each
+    answered, stopped mattering (``wanted`` turns False: it left the swarm), or the deadline."""
+
+    #: Failures that mean "not reachable right now" (dial refused, daemon gone, stream cut).
+    ERRORS: tuple[type[BaseException], ...] = (OSError, ConnectionError, asyncio.IncompleteReadError, ProtocolError)
+
+    def __init__(self, p2p: Any, proto: str, concurrency: int, peer_id_of: Callable[[str], Any], sightings: Sightings) -> None:
+        from hivemind.p2p import P2PDaemonError, P2PHandlerError
+        from hivemind.p2p.p2p_daemon_bindings.utils import ControlFailure, DispatchFailure
+
+        self.p2p, self.proto, self.peer_id_of, self.sightings = p2p, proto, peer_id_of, sightings
+        self.semaphore = asyncio.Semaphore(concurrency)
+        self.errors = (*self.ERRORS, P2PDaemonError, P2PHandlerError, ControlFailure, DispatchFailure)
+
+    async def pull(
+        self,
+        peers: Collection[str],
+        slot: Slot,
+        deadline: float,
+        limit: int,
+        wanted: Callable[[str], bool],
+        redial: Callable[[str], Awaitable[None]],
+        stop: Callable[[], bool],
+    ) -> dict[str, bytes]:
+        """Bytes per peer, in arrival order. ``deadline`` is on the loop's clock."""
+        loop = asyncio.get_running_loop()
+        got: dict[str, bytes] = {}
+        tasks = [asyncio.create_task(self._one(p, slot, deadline, limit, wanted, redial, stop, got)) for p in peers]
+        try:
+            pending = set(tasks)
+            while pending and not stop() and loop.time() < deadline:
+                _, pending = await asyncio.wait(pending, timeout=min(deadline - loop.time(), 0.2))
+        finally:
+            for task in tasks:
+                task.cancel()
+        return got
+
+    async def _one(self, peer: str, slot: Slot, deadline: float, limit: int, wanted: Any, redial: Any, stop: Any, got: dict[str, bytes]) -> None:
+        loop, backoff = asyncio.get_running_loop(), 0.02
+        while not stop():  # bounded: every pass takes a long poll or a growing pause, until the deadline
+            left = deadline - loop.time()
+            if left <= 0.01:
+                return
+            asked = loop.time()
+            try:
+                async with self.semaphore:
+                    status, data = await asyncio.wait_for(request(self.p2p, self.peer_id_of(peer), self.proto, slot, left - 0.01, limit), left)
+            except asyncio.TimeoutError:
+                return
+            except self.errors as e:
+                if not wanted(peer):
+                    return
+                log.debug("pull %s from %s: %s", slot, peer, e)
+                await redial(peer)
+                await asyncio.sleep(min(backoff, max(deadline - loop.time(), 0)))
+                backoff = min(backoff * 2, 0.5)
+                continue
+            self.sightings[peer] = time.time()
+            if status is Status.DATA:
+                got[peer] = data
+                return
+            if status is not Status.LATER:
+                return
+            if loop.time() - asked < left / 2:  # "later" long before the wait it was asked for: do not spin
+                await asyncio.sleep(min(backoff, max(deadline - loop.time(), 0)))
+                backoff = min(backoff * 2, 0.5)
