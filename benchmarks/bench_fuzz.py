@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import table  # noqa: E402  (benchmarks/ is not a package)
 
 from genrl_swarm.comm import InMemoryBackend, InMemorySwarm  # noqa: E402
-from genrl_swarm.comm.codec import Commitment, encode_signed  # noqa: E402
+from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Commitment, encode_signed  # noqa: E402
 from genrl_swarm.coord import LocalCoordinator  # noqa: E402
 from genrl_swarm.core import Body, DataManager, GameConfig, GameManager, GameState, Policy, RewardManager, Rollout, RoundRewards, StageInput, Task, Weights  # noqa: E402
 from genrl_swarm.core.interfaces import ExchangeResult  # noqa: E402
@@ -51,8 +51,8 @@ from genrl_swarm.core.types import FORMAT_VERSION  # noqa: E402
 
 ME, HONEST, SWARM = "me", "honest-peer", "genrl-swarm"
 STRANGER = Identity.from_seed(hashlib.sha256(b"bench_fuzz stranger").digest())
-MAX_BYTES = 8 << 20  # the receiving peer's cap (--max-bytes; the codec's default): "huge" inputs stay under it
-FREEZE = False  # --gc-freeze: gc.freeze() once the peer is built (full collections then skip its startup heap)
+MAX_BYTES = DEFAULT_MAX_BYTES  # the receiving peer's cap (--max-bytes; the codec's default): "huge" inputs stay under it
+FREEZE = True  # gc.freeze() once the peer is built, as the launcher does (--no-gc-freeze to see the cost)
 Wire = dict[str, Any]  # a body as a hostile sender encodes it: no constructor checks ran
 
 
@@ -663,7 +663,7 @@ def profile(kind: str, index: int) -> None:
 
 def child(kind: str, mode: str, count: int) -> dict[str, Any]:
     """One run in a fresh process, so each peak RSS is its own."""
-    cmd = [sys.executable, __file__, "--max-bytes", str(MAX_BYTES), *(["--gc-freeze"] if FREEZE else []), "--child", kind, mode, str(count)]
+    cmd = [sys.executable, __file__, "--max-bytes", str(MAX_BYTES), *([] if FREEZE else ["--no-gc-freeze"]), "--child", kind, mode, str(count)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"{kind}/{mode} failed:\n{done.stderr[-3000:]}")
@@ -685,7 +685,7 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=2100, help="hostile inputs per body type")
     parser.add_argument("--only", nargs="*", default=list(ARENAS), choices=list(ARENAS))
     parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="the receiving peer's communication.max_bytes")
-    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after the peer is built")
+    parser.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false", help="skip the launcher's gc.freeze() after the peer is built")
     parser.add_argument("--child", nargs=3, metavar=("KIND", "MODE", "COUNT"), help=argparse.SUPPRESS)
     parser.add_argument("--profile", nargs=2, metavar=("KIND", "INDEX"), help="profile one hostile input (the table names the slowest)")
     parser.add_argument("--memory", nargs=2, metavar=("KIND", "COUNT"), help="the inputs that allocate most")
