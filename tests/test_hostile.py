@@ -137,11 +137,66 @@ def test_identical_work_counts_only_for_the_earlier_commitment() -> None:
     (inp,) = inputs_of(0, 0, tasks=1)
     state = GameState(0, "me")
     state.set_tasks(RecordingGame([], 1).round_tasks(0))
-    work = tokens(inp, (5, 6, 7), (8, 9))
+    work = tokens(inp, tuple(range(40)), tuple(range(40, 80)))
+    short = tokens(inp, (5, 6), (7,))  # a short answer: honest peers can agree on it exactly
     # received is in commitment order: "first" committed before "copier"
-    drops = state.record(0, [inp], {"me": [tokens(inp, (4,))], "first": [work], "copier": [work]})
+    received = {"me": [tokens(inp, (4,))], "first": [work], "copier": [work], "a": [short], "b": [short]}
+    drops = state.record(0, [inp], received)
     assert [(d.peer_id, d.kind) for d in drops] == [("copier", "copy")]
-    assert [r.peer_id for r in state.rollouts] == ["me", "first"]
+    assert [r.peer_id for r in state.rollouts] == ["me", "first", "a", "b"]
+
+
+def test_a_copier_cannot_swap_its_commitment_or_commit_after_a_member_revealed() -> None:
+    """Reviewer's attack: reserve an early place with a junk commitment, read A's reveal, then
+    commit to A's bodies, and be accepted by a slow peer C that reads commitments late."""
+    swarm = InMemorySwarm()
+    a, b, c = (InMemoryBackend(swarm, n) for n in "abc")
+    mallory = Stranger(swarm)
+    mallory.commit(0, 0, b"placeholder")
+    (inp,) = inputs_of(0, 0, tasks=1)
+    work = {a: [tokens(inp, tuple(range(70)))], b: [tokens(inp, tuple(range(1, 71)))]}
+    threads = [threading.Thread(target=lambda p: p.exchange(0, 0, work[p], 1.0, TokenRollout), args=(p,)) for p in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    stolen = Codec().decode(swarm._boards[(0, 0, "reveal")]["a"], TokenRollout).bodies
+    payload = Codec().encode(mallory.peer_id, 0, 0, stolen)
+    mallory.commit(0, 0, payload)  # write-once: the junk commitment stays
+    mallory.reveal(0, 0, payload)
+    late = Stranger(swarm)
+    late.send(0, 0, stolen)  # a fresh id, committing after a member revealed: not collected
+    out = c.exchange(0, 0, [tokens(inp, tuple(range(2, 72)))], 1.0, TokenRollout)
+    assert late.peer_id not in out.received and late.peer_id not in out.dropped
+    assert "does not match its commitment" in out.dropped[mallory.peer_id]
+    assert sorted(out.received) == ["a", "b", "c"]
+
+
+def test_a_silent_member_is_dropped_as_late_and_quarantined_while_honest_peers_are_never_late() -> None:
+    comms = InMemoryBackend.spawn(3)
+    silent = comms.pop()  # joined, never plays
+    results = play(comms, [RecordingGame([]), RecordingGame([])], rounds=4, timeout=0.6)
+    for rounds in results.values():
+        assert all(sorted(r.rewards) == ["peer-0", "peer-1"] for r in rounds)
+        assert all(set(r.dropped) <= {silent.peer_id} for r in rounds)  # honest peers never late
+        assert rounds[0].dropped == {silent.peer_id: 1} and rounds[1].dropped == {silent.peer_id: 1}
+        assert rounds[2].dropped == {} and rounds[2].metrics["trust/quarantined"] == 1  # not waited for
+
+
+class RaisesOnText(RecordingGame):
+    def texts(self, body: Any) -> tuple[str, ...]:
+        return tuple(text.encode("ascii").decode() for text in body.outputs)  # game code that raises
+
+
+def test_game_code_in_check_or_texts_that_raises_on_a_stranger_drops_only_the_stranger() -> None:
+    game = RaisesOnText([])
+    state = GameState(0, "me")
+    state.set_tasks(game.round_tasks(0))
+    inputs = game.stage_inputs(state, 0)
+    drops = state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "evil": [echo(inputs[0], "é")]}, derive=game.texts)
+    assert [(d.peer_id, d.kind) for d in drops] == [("evil", "scoring")]
+    with pytest.raises(UnicodeEncodeError):  # this peer's own bug is not hidden
+        state.record(1, inputs, {"me": [echo(inputs[0], "é")]}, derive=game.texts)
 
 
 def test_a_flooder_over_its_budget_is_dropped_then_quarantined_and_never_trained_on() -> None:
@@ -227,11 +282,15 @@ def test_quarantine_ends_after_its_rounds() -> None:
     book = SenderBook(TrustConfig(quarantine_rounds=2), "me")
     book.close_round(5, [Drop("bad", 0, None, "unreadable", "payload")])
     assert [bool(book.quarantined(r)) for r in (6, 7, 8)] == [True, True, False]
-    soft = [Drop("late", 0, f"t{i}", "refused") for i in range(8)]
+    soft = [Drop("lagging", 0, f"t{i}", "refused") for i in range(8)]
     assert not book.close_round(5, soft)  # an honest peer's bad stage is not a quarantine
-    late = Drop("slow", 0, None, "committed but revealed nothing", "late")
+    late = Drop("slow", 0, None, "late: committed but revealed nothing", "late")
     assert not book.close_round(5, [late] * 50)  # one round: it may have died mid-exchange
     assert book.close_round(6, [late]) and "slow" in book.quarantined(7)  # twice running: on purpose
+    skipper = Drop("skipper", 0, None, "late: committed but revealed nothing", "late")
+    assert not book.close_round(10, [skipper]) and book.close_round(12, [skipper])  # every other round too
+    copies = [Drop("framed", 0, f"t{i}", "identical to ...", "copy") for i in range(50)]
+    assert not book.close_round(13, copies)  # copies may be a framing: never a quarantine
 
 
 def test_envelope_bodies_of_the_wrong_type_never_reach_game_code() -> None:

@@ -31,13 +31,20 @@ log = logging.getLogger(__name__)
 Phase = Literal["commit", "reveal"]
 
 
+#: Share of an exchange's timeout kept for the reveal phase: a member that never commits must
+#: not eat the whole deadline and make honest peers' reveals look late.
+REVEAL_SHARE = 0.25
+
+
 @dataclass(frozen=True)
 class RawExchange:
     """What a transport collected, in arrival order: sender id -> bytes. The sender id is the
-    one the transport saw (authenticated on HiveMind streams; only claimed on a board)."""
+    one the transport saw (authenticated on HiveMind streams; only claimed on a board).
+    ``missing``: members the transport waited for that sent nothing."""
 
     payloads: dict[str, bytes]
     expected: int | None = None
+    missing: frozenset[str] = frozenset()
 
 
 class ByteBackend(Communication):
@@ -91,7 +98,8 @@ class ByteBackend(Communication):
         payload = self.codec.encode(self.peer_id, round, stage, bodies)
         mine = Commitment(self.swarm_id, round, stage, self.peer_id, hashlib.sha256(payload).digest(), len(payload), self.account)
         dropped: dict[str, str] = {}
-        commits = self._commitments(round, stage, encode_signed("commit", mine, self.identity.sign), deadline, ignore, dropped)
+        signed = encode_signed("commit", mine, self.identity.sign)
+        commits = self._commitments(round, stage, signed, deadline - REVEAL_SHARE * timeout, ignore, dropped)
         reveal = self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), frozenset(commits) | {self.peer_id})
         received: dict[str, tuple[Body, ...]] = {}
         for sender in commits:  # commitment order: who produced identical content first
@@ -119,6 +127,7 @@ class ByteBackend(Communication):
         """Every valid commitment for (round, stage), this peer's own first. Quarantined
         senders (``ignore``) are skipped unread; a forged, replayed or oversized one is dropped."""
         raw = self._exchange_bytes(round, stage, "commit", signed, _left(deadline))
+        dropped.update({peer: f"{LATE} no commitment before the deadline" for peer in raw.missing - set(ignore)})
         commits: dict[str, Commitment] = {self.peer_id: open_commitment(signed, lambda m, s: True)}
         for sender, blob in raw.payloads.items():
             if sender in ignore or sender == self.peer_id:
@@ -138,7 +147,7 @@ class ByteBackend(Communication):
 
     def _open(self, blob: Any, commitment: Commitment, body_type: type[Body]) -> tuple[Body, ...]:
         if blob is None:
-            raise PayloadError(f"{LATE} before the deadline")
+            raise PayloadError(f"{LATE} committed but revealed nothing before the deadline")
         if not isinstance(blob, bytes) or len(blob) != commitment.size or hashlib.sha256(blob).digest() != commitment.digest:
             raise PayloadError("revealed payload does not match its commitment")
         envelope = self.codec.decode(blob, body_type)

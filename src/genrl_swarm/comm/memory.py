@@ -32,6 +32,11 @@ class InMemorySwarm:
         self._boards: dict[Slot, dict[str, bytes]] = {}
         self._slots_of: defaultdict[str, list[Slot]] = defaultdict(list)
         self._playing: dict[str, int] = {}  # member -> latest round it posted
+        #: (round, stage) -> when its first reveal was posted: commitments posted later are not
+        #: collected, since their sender may have seen a payload it now claims as its own.
+        self._revealed: dict[tuple[int, int], int] = {}
+        self._posted: dict[tuple[Slot, str], int] = {}  # (slot, sender) -> when
+        self._seq = 0
         self._cond = threading.Condition()
         self._keep_rounds, self._max_boards = keep_rounds, max_boards_per_sender
         self._interrupted = False
@@ -61,8 +66,13 @@ class InMemorySwarm:
                 raise PermissionError(f"only {sender} can post as {sender}")
             slot = (round, stage, phase)
             board = self._boards.setdefault(slot, {})
-            if sender not in board:
-                self._slots_of[sender].append(slot)
+            if sender in board:  # write-once: a commitment cannot be swapped after others revealed
+                return
+            self._seq += 1
+            if phase == "reveal" and sender in self.members:  # strangers cannot close the commit phase
+                self._revealed.setdefault((round, stage), self._seq)
+            self._posted[(slot, sender)] = self._seq
+            self._slots_of[sender].append(slot)
             board[sender] = data
             if sender in self.members:
                 self._playing[sender] = max(self._playing.get(sender, 0), round)
@@ -72,10 +82,14 @@ class InMemorySwarm:
     def _prune(self, sender: str) -> None:
         slots = self._slots_of[sender]
         while len(slots) > self._max_boards:
-            self._boards.get(slots.pop(0), {}).pop(sender, None)
+            slot = slots.pop(0)
+            self._boards.get(slot, {}).pop(sender, None)
+            self._posted.pop((slot, sender), None)
         oldest = min(self._playing.values(), default=0) - self._keep_rounds
         for slot in [s for s in self._boards if s[0] < oldest]:
-            del self._boards[slot]
+            for peer in self._boards.pop(slot):
+                self._posted.pop((slot, peer), None)
+            self._revealed.pop(slot[:2], None)
 
     def interrupt(self) -> None:
         """End every wait now and from now on (the run is stopping)."""
@@ -92,6 +106,9 @@ class InMemorySwarm:
         with self._cond:
             while True:
                 board = self._boards.get((round, stage, phase), {})
+                if phase == "commit" and (round, stage) in self._revealed:
+                    cutoff, slot = self._revealed[(round, stage)], (round, stage, phase)
+                    board = {p: d for p, d in board.items() if self._posted[(slot, p)] < cutoff}
                 wanted = self.members if wait_for is None else set(wait_for)
                 remaining = deadline - time.monotonic()
                 if wanted <= board.keys() or remaining <= 0 or self._interrupted:
@@ -122,8 +139,9 @@ class InMemoryBackend(ByteBackend):
     ) -> RawExchange:
         self.swarm.post(round, stage, phase, self.peer_id, data, self._handle)
         wanted = set(self.swarm.members if wait_for is None else wait_for) - self.quarantined
-        expected = len(self.swarm.members - self.quarantined)
-        return RawExchange(self.swarm.collect(round, stage, phase, timeout, wanted), expected=expected)
+        got = self.swarm.collect(round, stage, phase, timeout, wanted)
+        missing = frozenset(wanted - got.keys() - {self.peer_id}) if phase == "commit" else frozenset()
+        return RawExchange(got, expected=len(self.swarm.members - self.quarantined), missing=missing)
 
     def interrupt(self) -> None:
         self.swarm.interrupt()

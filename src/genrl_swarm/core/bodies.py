@@ -28,6 +28,8 @@ MAX_TURNS = 256
 MAX_ARRAY_BYTES = 64 << 20
 MAX_DIMS = 6
 MAX_ID = (1 << 31) - 1
+#: Sampled tokens / steps below which identical work from two senders is not called a copy.
+MIN_COPY_UNITS = 64
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 Digest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{24}$")]
@@ -105,6 +107,8 @@ class TokenRollout(Body, frozen=True, tag="tokens"):
         return len(self.prompt_ids) + sum(len(x.completion_ids) for x in self.samples)
 
     def content_key(self) -> bytes | None:
+        if sum(len(x.completion_ids) for x in self.samples) < MIN_COPY_UNITS:
+            return None  # short answers coincide honestly, and are easy to pre-commit to frame a peer
         return msgspec.msgpack.encode([x.completion_ids for x in self.samples])
 
 
@@ -141,7 +145,8 @@ class Episode(Body, frozen=True, tag="episode"):
         return sum(len(t.token_ids) for t in self.turns)
 
     def content_key(self) -> bytes | None:
-        return msgspec.msgpack.encode([t.token_ids for t in self.turns if t.role == "assistant"])
+        sampled = [t.token_ids for t in self.turns if t.role == "assistant"]
+        return msgspec.msgpack.encode(sampled) if sum(map(len, sampled)) >= MIN_COPY_UNITS else None
 
     @property
     def token_ids(self) -> list[int]:
@@ -217,7 +222,7 @@ class Trajectory(Body, frozen=True, tag="trajectory"):
         return self.steps
 
     def content_key(self) -> bytes | None:
-        return self.actions.data
+        return self.actions.data if self.steps >= MIN_COPY_UNITS else None
 
     def __post_init__(self) -> None:
         for name in self.FIELDS:

@@ -154,9 +154,10 @@ class Learner(ABC):
     def load(self, directory: Path) -> None: ...
 
 
-#: How a backend's drop reason starts when a peer committed and then sent nothing in time: the
-#: one payload failure an honest peer can cause (it was slow, or died), so it never quarantines.
-LATE = "committed but revealed nothing"
+#: How a backend's drop reason starts when a member sent no commitment, or committed and then
+#: revealed nothing, in time: failures an honest peer can cause (slow, or dead), so they quarantine
+#: only when repeated (``SenderBook``).
+LATE = "late:"
 
 
 @dataclass(frozen=True)

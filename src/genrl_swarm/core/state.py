@@ -68,17 +68,21 @@ class GameState:
                     why = f"checking its bodies took over {cpu_budget:.2f}s of CPU; {len(bodies) - i} left unread"
                     dropped.append(Drop(peer, stage, None, why, "cpu"))
                     break
-                reason, kind = self._refusal(stage, body, seen, check), "refused"
-                seen.add(body.task_id)  # a refused body still uses up its task: no retries
-                key = body.content_key() if reason is None else None
-                if key is not None and producers.setdefault((body.task_id, key), peer) != peer:
-                    reason, kind = f"identical to the body {producers[(body.task_id, key)]} committed to first", "copy"
+                try:
+                    reason, kind = self._refusal(stage, body, seen, check), "refused"
+                    seen.add(body.task_id)  # a refused body still uses up its task: no retries
+                    key = body.content_key() if reason is None else None
+                    if key is not None and producers.setdefault((body.task_id, key), peer) != peer:
+                        reason, kind = f"identical to the body {producers[(body.task_id, key)]} committed to first", "copy"
+                    texts = tuple(derive(body)) if derive is not None and reason is None else ()
+                except Exception as e:  # noqa: BLE001 - game code (check, texts) on a stranger's body
+                    if peer == self.peer_id:
+                        raise
+                    reason, kind = f"checking it failed: {type(e).__name__}: {e}", "scoring"
                 if reason is not None:
                     dropped.append(Drop(peer, stage, body.task_id, reason, kind))
                     continue
-                seen.add(body.task_id)
-                texts = derive(body) if derive is not None else ()
-                self.rollouts.append(Rollout(peer, self.round, stage, body, tuple(texts)))
+                self.rollouts.append(Rollout(peer, self.round, stage, body, texts))
         self.drops.extend(dropped)
         return dropped
 

@@ -4,8 +4,8 @@ Every peer's payload is checked, but checks cost time; a sender that sends too m
 sending what fails them, is quarantined: its payloads are not read at all for a few rounds.
 Hard violations (forged or unreadable payloads, budget overruns) quarantine at once; soft ones
 (bodies the round's checks refuse, game code failing on them, copies) only when they pile up,
-because an honest peer can have one bad stage (a different view of a stage); a commitment
-never revealed, two rounds running, makes others wait out the deadline on purpose.
+because an honest peer can have one bad stage (a different view of a stage); lateness (no
+commitment, or none revealed) in 2 of the last 4 rounds makes others wait out deadlines on purpose.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from genrl_swarm.core.bodies import Body
 from genrl_swarm.core.types import Drop
 
 log = logging.getLogger(__name__)
+#: A sender late (no commitment, or no reveal) in 2 of this many rounds is quarantined: makes
+#: every honest peer wait out deadlines on purpose, even if it skips rounds in between.
+LATE_WINDOW = 4
 
 
 @dataclass
@@ -49,7 +52,7 @@ class SenderBook:
     until: dict[str, int] = field(default_factory=dict)  # sender -> first round it is read again
     reasons: dict[str, str] = field(default_factory=dict)
     drops: Counter[tuple[str, str]] = field(default_factory=Counter)  # (sender, kind) -> count, all rounds
-    late: dict[str, int] = field(default_factory=dict)  # sender -> last round it committed and never revealed
+    late: dict[str, set[int]] = field(default_factory=dict)  # sender -> recent rounds it was late in
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def quarantined(self, round: int) -> frozenset[str]:
@@ -81,10 +84,12 @@ class SenderBook:
                 if d.kind in Drop.HARD and d.peer_id not in new:
                     new[d.peer_id] = f"{d.kind}: {d.reason}"
                 elif d.kind == "late":
-                    if self.late.get(d.peer_id) == round - 1 and d.peer_id not in new:
-                        new[d.peer_id] = f"committed and never revealed in rounds {round - 1} and {round}"
-                    self.late[d.peer_id] = round
-                elif d.kind not in Drop.HARD:
+                    rounds = self.late.setdefault(d.peer_id, set())
+                    rounds.add(round)
+                    rounds.intersection_update(range(round - LATE_WINDOW + 1, round + 1))
+                    if len(rounds) >= 2 and d.peer_id not in new:
+                        new[d.peer_id] = f"late in rounds {sorted(rounds)} (2 of the last {LATE_WINDOW} quarantine)"
+                elif d.kind != "copy":  # a copy may be a framing: someone pre-committed predictable work
                     soft[d.peer_id] += 1
             for peer, n in soft.items():
                 if n > self.config.max_soft_drops and peer not in new:
