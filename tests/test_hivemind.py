@@ -395,3 +395,37 @@ def test_killed_cli_peer_resumes_without_silent_gaps_or_lost_tally(tmp_path: Pat
     assert min(skipped) == saved_round + 1  # it went on from its latest checkpoint
     resumed = max(skipped) + 1
     assert rows[resumed]["reward/cumulative"] >= tally > 0  # the tally carried on from the checkpoint
+
+
+def test_idle_streams_are_capped_per_peer_and_closed_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile peer opening 1,100 idle streams exhausted an honest process's file descriptors
+    (each incoming stream holds one) and cut it off from the swarm: now each remote peer may hold
+    a few streams at once, and a stream that does not ask for something within seconds is closed."""
+    import asyncio
+
+    from genrl_swarm.comm import hivemind_streams as streams
+
+    monkeypatch.setattr(streams, "REQUEST_TIMEOUT", 0.2)
+
+    class Writer:
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    class Info:
+        peer_id = "12D3KooWhostile"
+
+    async def flood() -> tuple[list[bool], list[bool], float]:
+        store = streams.SlotStore({})
+        writers = [Writer() for _ in range(20)]
+        start = time.monotonic()
+        tasks = [asyncio.create_task(streams.serve(store, Info(), asyncio.StreamReader(), w)) for w in writers]
+        await asyncio.sleep(0.05)
+        early = [w.closed for w in writers]
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return early, [w.closed for w in writers], time.monotonic() - start
+
+    early, late, took = asyncio.run(flood())
+    assert early.count(False) == streams.MAX_STREAMS_PER_PEER  # the rest closed unread at once
+    assert all(late) and took < 1.0  # the idle ones did not hold their descriptor for 30 s

@@ -70,6 +70,7 @@ class HivemindBackend(ByteBackend):
         check_multiaddrs(configured, host_maddrs)
         self._key = PeerIdentity(identity_path)
         super().__init__(max_bytes, self._key.identity, swarm)
+        _raise_fd_limit()
         if any(m.rstrip("/").endswith(f"/p2p/{self.peer_id}") for m in configured):
             self._key.release()
             raise SwarmFailure(
@@ -279,3 +280,13 @@ class HivemindBackend(ByteBackend):
         if socket_file is not None and socket_file.name.startswith("hivemind-p2pd-"):
             socket_file.unlink(missing_ok=True)  # left behind by a p2pd that was killed
         self._key.release()
+
+
+def _raise_fd_limit() -> None:
+    """Every stream a peer serves holds a file descriptor: lift the soft limit (often 1,024) to
+    the hard one, so the stream caps, not the OS, decide how many peers are served."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -20,6 +20,7 @@ import enum
 import logging
 import struct
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
@@ -34,6 +35,11 @@ LENGTH = struct.Struct(">Q")
 #: How long a handler keeps one long poll open; the requester asks again if its deadline allows.
 MAX_SERVE_WAIT = 30.0
 IO_TIMEOUT = 30.0
+#: A stream must say what it wants this fast: idle streams cost this process a file descriptor
+#: each (one hostile peer opened 1,100 and cut an honest peer off at the usual 1,024 limit).
+REQUEST_TIMEOUT = 2.0
+MAX_STREAMS_PER_PEER = 4  # open at once from one remote peer; the rest are closed unread
+MAX_STREAMS = 256  # open at once in total
 UNARY_MAX = 64 * 1024
 #: How long a handler more than a round behind the slot waits before saying so: two peers that
 #: jump to a new round together post within moments of each other.
@@ -64,6 +70,7 @@ class SlotStore:
     def __init__(self, sightings: Sightings, keep_rounds: int = 4) -> None:
         self.sightings, self.keep_rounds = sightings, keep_rounds
         self.latest: tuple[int, int] | None = None  # (round, stage) of the newest post
+        self.streams: Counter[str] = Counter()  # remote peer -> streams it has open here
         self._slots: dict[Slot, bytes] = {}
         self._posted = asyncio.Event()
 
@@ -118,9 +125,25 @@ async def serve_unary(store: SlotStore, request: bytes, remote: Any) -> bytes:
 
 
 async def serve(store: SlotStore, info: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """The stream handler: read one fixed-size request, answer from ``store``."""
+    """The stream handler: read one fixed-size request, answer from ``store``. Streams beyond
+    the per-peer and total caps are closed unread."""
+    peer = str(getattr(info, "peer_id", "?"))
+    if store.streams[peer] >= MAX_STREAMS_PER_PEER or sum(store.streams.values()) >= MAX_STREAMS:
+        writer.close()
+        return
+    store.streams[peer] += 1
     try:
-        version, round, stage, phase, wait_ms = REQUEST.unpack(await asyncio.wait_for(reader.readexactly(REQUEST.size), IO_TIMEOUT))
+        await _serve(store, info, reader, writer)
+    finally:
+        store.streams[peer] -= 1
+        if store.streams[peer] <= 0:
+            del store.streams[peer]
+
+
+async def _serve(store: SlotStore, info: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        request = await asyncio.wait_for(reader.readexactly(REQUEST.size), REQUEST_TIMEOUT)
+        version, round, stage, phase, wait_ms = REQUEST.unpack(request)
         store.sightings[str(info.peer_id)] = time.time()
         if version != VERSION or phase >= len(PHASES):
             return
