@@ -98,8 +98,7 @@ class ByteBackend(Communication):
         payload = self.codec.encode(self.peer_id, round, stage, bodies)
         mine = Commitment(self.swarm_id, round, stage, self.peer_id, hashlib.sha256(payload).digest(), len(payload), self.account)
         dropped: dict[str, str] = {}
-        signed = encode_signed("commit", mine, self.identity.sign)
-        commits = self._commitments(round, stage, signed, deadline - REVEAL_SHARE * timeout, ignore, dropped)
+        commits = self._commitments(mine, deadline - REVEAL_SHARE * timeout, dropped)
         reveal = self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), frozenset(commits) | {self.peer_id})
         received: dict[str, tuple[Body, ...]] = {}
         for sender in commits:  # commitment order: who produced identical content first
@@ -121,16 +120,15 @@ class ByteBackend(Communication):
             accounts={s: c.account for s, c in commits.items() if c.account},
         )
 
-    def _commitments(
-        self, round: int, stage: int, signed: bytes, deadline: float, ignore: Collection[str], dropped: dict[str, str]
-    ) -> dict[str, Commitment]:
-        """Every valid commitment for (round, stage), this peer's own first. Quarantined
-        senders (``ignore``) are skipped unread; a forged, replayed or oversized one is dropped."""
-        raw = self._exchange_bytes(round, stage, "commit", signed, _left(deadline))
-        dropped.update({peer: f"{LATE} no commitment before the deadline" for peer in raw.missing - set(ignore)})
-        commits: dict[str, Commitment] = {self.peer_id: open_commitment(signed, lambda m, s: True)}
+    def _commitments(self, mine: Commitment, deadline: float, dropped: dict[str, str]) -> dict[str, Commitment]:
+        """Publish ``mine``; every valid commitment for its (round, stage), this peer's own first.
+        Quarantined senders are skipped unread; a forged, replayed or oversized one is dropped."""
+        round, stage = mine.round, mine.stage
+        raw = self._exchange_bytes(round, stage, "commit", encode_signed("commit", mine, self.identity.sign), _left(deadline))
+        dropped.update({peer: f"{LATE} no commitment before the deadline" for peer in raw.missing - self.quarantined})
+        commits: dict[str, Commitment] = {self.peer_id: mine}
         for sender, blob in raw.payloads.items():
-            if sender in ignore or sender == self.peer_id:
+            if sender in self.quarantined or sender == self.peer_id:
                 continue
             try:
                 record = open_commitment(blob, lambda message, signature: self.verify(sender, message, signature))
