@@ -2,10 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,examples,chain,hivemind
+EXTRAS ?= dev,examples,chain,hivemind,marl
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-bandit test bench install clean
+.PHONY: demo demo-bandit test bench mutation install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,5 +45,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_exchange.py
 	$(BIN)/python benchmarks/bench_sharing.py
 
+# Mutation testing of core, comm, coord, trainers and lm (tens of minutes; not part of make test).
+# One group: make mutation MUTATION_ARGS="--group coord".
+MUTATION_ARGS ?=
+mutation: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[mutation]"
+	$(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache contracts/node_modules
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .mutation contracts/node_modules

@@ -141,3 +141,28 @@ def msgspec_replace(struct: Any, **fields: Any) -> Any:
     import msgspec
 
     return msgspec.structs.replace(struct, **fields) if fields else struct
+
+
+# --- No silent skips -------------------------------------------------------------------------
+# On the reference machine every extra is installed, so a skipped test is a test that did not
+# run. `.ci/run` sets GENRL_SWARM_NO_SKIPS=1: any skip then fails the session, naming the test
+# and its reason.
+_SKIPPED: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _SKIPPED.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:  # a whole module skipped (importorskip at module level)
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _SKIPPED.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("GENRL_SWARM_NO_SKIPS") == "1" and _SKIPPED:
+        print(f"\nGENRL_SWARM_NO_SKIPS=1 and {len(_SKIPPED)} test(s) skipped:", *_SKIPPED, sep="\n  ")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

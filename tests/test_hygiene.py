@@ -1,0 +1,144 @@
+"""The test suite's own rules: skips match imports, and a hang fails.
+
+A test module that needs an optional extra at import time (directly, or through a genrl_swarm
+module that imports it at module level) must skip with a reason when the extra is missing, by a
+module-level ``pytest.importorskip("<package>")`` before that import. Without it, a machine
+without the extra gets a collection error instead of a skip; with a guard for a package the
+module does not need, tests are skipped for nothing. Checked statically, from the source.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+SRC = ROOT / "src"
+
+# Import names of the packages behind pyproject's optional extras, by extra (an extra installs as
+# a unit, so guarding one of its packages guards them all). Core and dev dependencies are not here.
+EXTRAS = {
+    "examples": {"transformers", "tokenizers", "reasoning_gym", "peft", "matplotlib", "gguf"},
+    "chain": {"web3", "eth_tester", "eth_account", "eth_utils"},
+    "hivemind": {"hivemind"},
+    "marl": {"jax", "jaxlib", "flax", "optax", "distrax", "jumanji", "chex"},
+}
+EXTRA_OF = {package: extra for extra, packages in EXTRAS.items() for package in packages}
+OPTIONAL = frozenset(EXTRA_OF)
+
+
+def _top_level_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, module) of imports that run when the module is imported (not in defs or TYPE_CHECKING)."""
+    found: list[tuple[int, str]] = []
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.extend((node.lineno, alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.append((node.lineno, node.module))
+                found.extend((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                visit(node.body + node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)  # an optional import in try/except ImportError is guarded already
+
+    visit(tree.body)
+    return found
+
+
+def _source_of(module: str) -> Path | None:
+    base = SRC / Path(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+@cache
+def optional_needs(module: str) -> frozenset[str]:
+    """Optional packages that importing genrl_swarm ``module`` imports, transitively, at module level."""
+    needs: set[str] = set()
+    seen: set[Path] = set()
+    todo = [module]
+    while todo:
+        parts = todo.pop().split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__, a/b/__init__, then a/b/c
+            path = _source_of(".".join(parts[:i]))
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            for _, imported in _top_level_imports(ast.parse(path.read_text())):
+                top = imported.split(".")[0]
+                if top in OPTIONAL:
+                    needs.add(top)
+                elif top == "genrl_swarm":
+                    todo.append(imported)
+    return frozenset(needs)
+
+
+def _guards(tree: ast.Module) -> dict[str, int]:
+    """Package -> line of each module-level ``pytest.importorskip("<package>")``."""
+    guards: dict[str, int] = {}
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Expr, ast.Assign)) else None
+        if isinstance(value, ast.Call) and ast.unparse(value.func) == "pytest.importorskip":
+            arg = value.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                guards[arg.value.split(".")[0]] = node.lineno
+    return guards
+
+
+def _needs_of_test_module(tree: ast.Module) -> dict[str, int]:
+    """Optional package -> first line that needs it, for a test module."""
+    needs: dict[str, int] = {}
+    for line, imported in _top_level_imports(tree):
+        top = imported.split(".")[0]
+        found = {top} if top in OPTIONAL else optional_needs(imported) if top == "genrl_swarm" else set()
+        for package in found:
+            needs.setdefault(package, line)
+    return needs
+
+
+TEST_FILES = sorted(p for p in (ROOT / "tests").glob("*.py") if p.name.startswith("test_"))
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
+def test_skip_conditions_match_what_the_module_imports(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    needs, guards = _needs_of_test_module(tree), _guards(tree)
+    guarded_at = {EXTRA_OF[p]: line for p, line in sorted(guards.items(), key=lambda g: -g[1]) if p in EXTRA_OF}
+    unguarded = {p: line for p, line in needs.items() if guarded_at.get(EXTRA_OF[p], line + 1) > line}
+    assert not unguarded, f"{path.name} imports optional {sorted(unguarded)} (line {min(unguarded.values())}) without a pytest.importorskip before it"
+    # A guard for a package the module never needs would skip its tests for nothing.
+    needless = sorted(set(guards) - set(needs) - _used_inside_functions(tree))
+    assert not needless, f"{path.name} skips without {needless}, which it does not import"
+
+
+def _used_inside_functions(tree: ast.Module) -> set[str]:
+    """Optional packages imported inside functions or fixtures (a module-level guard is then right)."""
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            used |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top = node.module.split(".")[0]
+            used |= {top} if top in OPTIONAL else set(optional_needs(node.module)) if top == "genrl_swarm" else set()
+    return used & OPTIONAL
+
+
+def test_the_checker_sees_a_transitive_optional_import() -> None:
+    """genrl_swarm.games.marl imports jax through genrl_swarm.marl: the checker must know."""
+    assert {"jax", "jumanji"} <= optional_needs("genrl_swarm.games.marl")
+    assert not optional_needs("genrl_swarm.lm.policy")  # transformers is imported where it is used
+    assert not optional_needs("genrl_swarm.core.types")
+
+
+def test_a_hang_fails_instead_of_blocking() -> None:
+    """pytest-timeout is configured, so a hung test fails the run with a stack dump."""
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert 0 < int(options["timeout"]) <= 600
