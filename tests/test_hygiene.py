@@ -26,6 +26,7 @@ EXTRAS = {
     "chain": {"web3", "eth_tester", "eth_account", "eth_utils"},
     "hivemind": {"hivemind"},
     "marl": {"jax", "jaxlib", "flax", "optax", "distrax", "jumanji", "chex"},
+    "dashboard": {"starlette", "uvicorn", "playwright"},
 }
 EXTRA_OF = {package: extra for extra, packages in EXTRAS.items() for package in packages}
 OPTIONAL = frozenset(EXTRA_OF)
@@ -51,6 +52,11 @@ def _top_level_imports(tree: ast.Module) -> list[tuple[int, str]]:
     return found
 
 
+@cache
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
 def _source_of(module: str) -> Path | None:
     base = SRC / Path(*module.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
@@ -72,7 +78,7 @@ def optional_needs(module: str) -> frozenset[str]:
             if path is None or path in seen:
                 continue
             seen.add(path)
-            for _, imported in _top_level_imports(ast.parse(path.read_text())):
+            for _, imported in _top_level_imports(_parsed(path)):
                 top = imported.split(".")[0]
                 if top in OPTIONAL:
                     needs.add(top)
@@ -115,8 +121,18 @@ def test_skip_conditions_match_what_the_module_imports(path: Path) -> None:
     unguarded = {p: line for p, line in needs.items() if guarded_at.get(EXTRA_OF[p], line + 1) > line}
     assert not unguarded, f"{path.name} imports optional {sorted(unguarded)} (line {min(unguarded.values())}) without a pytest.importorskip before it"
     # A guard for a package the module never needs would skip its tests for nothing.
-    needless = sorted(set(guards) - set(needs) - _used_inside_functions(tree))
+    needless = sorted(set(guards) - set(needs) - _used_inside_functions(tree) - _bound_guards(tree))
     assert not needless, f"{path.name} skips without {needless}, which it does not import"
+
+
+def _bound_guards(tree: ast.Module) -> set[str]:
+    """Packages whose guard binds the module (``web3 = pytest.importorskip("web3")``) for later use."""
+    return {
+        node.value.args[0].value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.value.args
+        and isinstance(node.value.args[0], ast.Constant) and ast.unparse(node.value.func) == "pytest.importorskip"
+    }  # fmt: skip
 
 
 def _used_inside_functions(tree: ast.Module) -> set[str]:
