@@ -54,7 +54,7 @@ GROUPS: dict[str, Group] = {
     ),
     "coord": Group(
         ("src/genrl_swarm/coord/*.py",),
-        ("tests/test_coordinator_rules.py", "tests/test_multipeer.py", "tests/test_contract.py"),
+        ("tests/test_coordinator_rules.py", "tests/test_multipeer.py", "tests/test_contract.py", "tests/test_coord_units.py"),
     ),
     "trainers": Group(
         ("src/genrl_swarm/trainers/*.py",),
