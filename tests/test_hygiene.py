@@ -27,6 +27,7 @@ EXTRAS = {
     "hivemind": {"hivemind"},
     "marl": {"jax", "jaxlib", "flax", "optax", "distrax", "jumanji", "chex"},
     "dashboard": {"starlette", "uvicorn", "playwright"},
+    "agent": {"grpc"},
 }
 EXTRA_OF = {package: extra for extra, packages in EXTRAS.items() for package in packages}
 OPTIONAL = frozenset(EXTRA_OF)

@@ -52,7 +52,21 @@ def _parser() -> argparse.ArgumentParser:
     deploy.add_argument("--rpc-url", default=None, help="JSON-RPC URL (default: $GENRL_SWARM_RPC_URL or http://127.0.0.1:8545)")
     deploy.add_argument("--key-file", default=None, help="file holding the deployer's private key (default: $GENRL_SWARM_PRIVATE_KEY)")
     deploy.add_argument("--num-stages", type=int, default=1)
+    _add_dashboard(sub)
+    _add_envd(sub)
     return p
+
+
+def _add_envd(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from genrl_swarm.envd.cli import add_arguments  # no grpc until the service runs
+
+    add_arguments(sub.add_parser("envd", help="serve agentic environments (tool-calling sessions) over gRPC"))
+
+
+def _add_dashboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from genrl_swarm.dashboard.serve import add_arguments  # standard library only; the server loads on use
+
+    add_arguments(sub.add_parser("dashboard", help="a live page of one or more runs: peers, rewards, leaderboard, faults"))
 
 
 def _chain(args: argparse.Namespace) -> int:
@@ -103,6 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _games()
     if args.command == "chain":
         return _chain(args)
+    if args.command == "envd":
+        from genrl_swarm.envd.cli import run as envd
+
+        return envd(args)
+    if args.command == "dashboard":
+        from genrl_swarm.dashboard.serve import run as dashboard  # starlette and uvicorn load only here
+
+        return dashboard(args)
     first = swarm_overrides(args.initial_peers, args.identity) if args.command == "swarm" else []
     try:
         cfg = load_recipe(args.recipe, [*first, *args.overrides])

@@ -39,6 +39,7 @@ from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from genrl_swarm.run.console import ConsoleTable
+from genrl_swarm.run.events import EventLog
 from genrl_swarm.run.metrics import MetricsLogger
 from genrl_swarm.run.plot import plot_rewards
 
@@ -158,6 +159,7 @@ def _build_peer(
     checkpointer = Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds)
     manager.hooks.after_round.append(checkpointer)
     manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round))
+    EventLog(directory).attach(manager)  # backend, stage progress, drop and quarantine reasons (the dashboard reads them)
     manager.hooks.after_game.append(checkpointer.on_stop)
     if table is not None:
         manager.hooks.after_round.append(table)

@@ -1,0 +1,88 @@
+// The snapshot the server pushes (src/genrl_swarm/dashboard/view.py builds it).
+// Every string in it may come from an untrusted peer: render with textContent only.
+
+export type Num = number | null;
+
+export interface PeerRow {
+  id: string;
+  local: boolean;
+  run?: string;
+  backend?: string | null;
+  round?: number;
+  stage?: number;
+  stages?: number | null;
+  max_rounds?: number | null;
+  rounds_done?: number;
+  last_seen?: Num;
+  reward?: Num;
+  eval?: Num;
+  scored?: Num;
+  cumulative?: Num;
+  wins?: Num;
+  latency?: Num;
+  drops_made?: Num;
+  quarantining?: Num;
+  live?: boolean;
+  dropped: number;
+  quarantined_by: number;
+  quarantines: number;
+  reasons: string[];
+}
+
+export interface Standing {
+  id: string;
+  cumulative: number;
+  wins: number;
+  rounds?: number;
+  account?: string;
+}
+
+export interface Chain {
+  contract: string;
+  round?: number;
+  stage?: number;
+  stages?: number;
+  rows?: Standing[];
+  error?: string | null;
+}
+
+export interface Progress {
+  round: number;
+  rounds_done: number;
+  max_rounds: number | null;
+  stages: number | null;
+  peers_at: [number, number][];
+}
+
+export interface Curves {
+  x: number[];
+  reward: Record<string, Num[]>;
+  eval: Record<string, Num[]>;
+  swarm_mean: Num[];
+  times: { generate: Num[]; exchange: Num[]; train: Num[] };
+  marl?: { steps: Num[]; eval_return: Num[]; eval_std: Num[] };
+  tasks?: Record<string, Num[]>;
+}
+
+export interface Incident {
+  t: Num;
+  round: number | null;
+  stage: number | null;
+  observer: string;
+  sender: string;
+  kind: string;
+  reason: string;
+}
+
+export interface Snapshot {
+  version: number;
+  time: number;
+  runs: string[];
+  peers: PeerRow[];
+  leaderboard: Standing[];
+  chain: Chain | null;
+  progress: Progress;
+  curves: Curves;
+  incidents: Incident[];
+  status_errors: string[];
+}

@@ -1,0 +1,130 @@
+"""The worker's side of the sandbox: a few long-lived children, each running one job at a time.
+
+A child per call would cost a process start (tens of ms) on every step; a child per session
+would cost a process per session (10,000 sessions). Instead each worker keeps ``size`` children
+and hands every job to an idle one. Tool code is a pure function of (arguments, state), so a
+child holds no session: when one dies (CPU limit, memory, crash) or overruns the wall clock, only
+the job it was running fails (``SandboxDied``) and a fresh child replaces it in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import msgspec
+
+from genrl_swarm.agents.frames import pack, read_frame
+from genrl_swarm.agents.jobs import EXIT_MEMORY, Job, Reply, SandboxDied, SandboxLimits
+
+log = logging.getLogger(__name__)
+START_TIMEOUT = 60.0  # a loaded machine can take seconds to start an interpreter
+
+
+def death_reason(code: int | None, limits: SandboxLimits) -> str:
+    """Why a child ended, in the words a user can act on."""
+    if code == -signal.SIGXCPU:
+        return f"the tool used more than its {limits.cpu_seconds:g} s of CPU time"
+    if code == -signal.SIGKILL:
+        return "the tool was killed (out of memory or its time)"
+    if code == EXIT_MEMORY:
+        return f"the tool ran out of memory (limit {limits.memory_mb} MiB)"
+    if code is not None and code < 0:
+        return f"the tool crashed ({signal.Signals(-code).name})"
+    return f"the tool's process exited (code {code})"
+
+
+class Child:
+    """One sandboxed process and its pipes."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, limits: SandboxLimits, isolation: str) -> None:
+        self.proc, self.limits, self.isolation = proc, limits, isolation
+        self._decode = msgspec.msgpack.Decoder(Reply).decode
+
+    @classmethod
+    async def start(cls, limits: SandboxLimits, root: Path) -> Child:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "genrl_swarm.agents.sandbox", msgspec.json.encode(limits).decode(), str(root),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        try:
+            hello = msgspec.msgpack.decode(await asyncio.wait_for(read_frame(proc.stdout), START_TIMEOUT), type=Reply)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+            proc.kill()
+            await proc.wait()
+            raise SandboxDied(f"a sandbox process did not start ({type(e).__name__}, code {proc.returncode})") from None
+        return cls(proc, limits, hello.message)
+
+    async def run(self, payload: bytes) -> Reply:
+        """One job; SandboxDied if the child dies or overruns the wall clock (it is then dead)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(pack(payload))
+            return self._decode(await asyncio.wait_for(read_frame(self.proc.stdout), self.limits.wall_seconds))
+        except asyncio.TimeoutError:
+            self.kill()
+            await self.proc.wait()
+            raise SandboxDied(f"the tool did not finish within {self.limits.wall_seconds:g} s") from None
+        except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError):
+            raise SandboxDied(death_reason(await self.proc.wait(), self.limits)) from None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+
+class SandboxPool:
+    """``size`` children of one worker; ``run`` waits for an idle one."""
+
+    def __init__(self, size: int, limits: SandboxLimits, root: Path) -> None:
+        self.size, self.limits, self.root = size, limits, root
+        self._idle: asyncio.Queue[Child] = asyncio.Queue()
+        self._all: set[Child] = set()
+        self._encode = msgspec.msgpack.Encoder().encode
+        self.isolation = "?"
+        self.deaths = 0
+        self.closing = False  # no replacements once closing (the scratch root is going away)
+
+    async def start(self) -> None:
+        for child in await asyncio.gather(*(Child.start(self.limits, self.root) for _ in range(self.size))):
+            self._add(child)
+
+    def _add(self, child: Child) -> None:
+        self._all.add(child)
+        self.isolation = child.isolation
+        self._idle.put_nowait(child)
+
+    async def _replace(self) -> None:
+        while not self.closing:
+            try:
+                self._add(await Child.start(self.limits, self.root))
+                return
+            except SandboxDied as e:
+                log.error("%s; retrying in 1 s", e)
+                await asyncio.sleep(1.0)
+
+    async def run(self, job: Job) -> Reply:
+        """Run ``job`` in an idle child; SandboxDied when the child died running it."""
+        child = await self._idle.get()
+        try:
+            reply = await child.run(self._encode(job))
+        except SandboxDied:
+            self._all.discard(child)
+            self.deaths += 1
+            if not self.closing:
+                asyncio.get_running_loop().create_task(self._replace())
+            raise
+        self._idle.put_nowait(child)
+        return reply
+
+    async def close(self) -> None:
+        self.closing = True
+        for child in self._all:
+            child.kill()
+        await asyncio.gather(*(c.proc.wait() for c in self._all))
+        self._all.clear()

@@ -1,0 +1,15 @@
+"""The packaged tasks, by name. ``DEFAULT_TASKS`` are what a server offers unless told otherwise
+(the sandbox probe is for tests and deployment checks)."""
+
+from __future__ import annotations
+
+from genrl_swarm.agents.tasks.base import Outcome, Setup, Task, ToolFailure
+from genrl_swarm.agents.tasks.calculator import Calculator
+from genrl_swarm.agents.tasks.kvstore import KvStore
+from genrl_swarm.agents.tasks.probe import Probe
+from genrl_swarm.agents.tasks.sql import Sql
+
+TASKS: dict[str, Task] = {t.name: t for t in (Calculator(), Sql(), KvStore(), Probe())}
+DEFAULT_TASKS: tuple[str, ...] = ("calculator", "sql", "kvstore")
+
+__all__ = ["DEFAULT_TASKS", "TASKS", "Calculator", "KvStore", "Outcome", "Probe", "Setup", "Sql", "Task", "ToolFailure"]

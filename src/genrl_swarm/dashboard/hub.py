@@ -1,0 +1,111 @@
+"""The server's one loop: poll the sources, rebuild the snapshot when something changed, and
+wake every open event stream.
+
+Polling is bounded: the run folders are stat-ed every ``interval`` seconds (a few hundred stat
+calls for 100 peers), the chain and status endpoints every ``remote_interval``; a snapshot is
+built at most once per ``min_push`` seconds however fast a run writes, and encoded once for all
+clients. Readers block (files, HTTP), so they run in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from genrl_swarm.dashboard.chain import ChainStandings
+from genrl_swarm.dashboard.runs import RunWatcher
+from genrl_swarm.dashboard.status import StatusPoller
+from genrl_swarm.dashboard.view import snapshot
+
+log = logging.getLogger(__name__)
+HEARTBEAT = 15.0  # seconds between keep-alive comments on an idle stream
+
+
+@dataclass
+class Hub:
+    runs: RunWatcher
+    chain: ChainStandings | None = None
+    status: StatusPoller | None = None
+    max_points: int = 400
+    interval: float = 0.5
+    remote_interval: float = 5.0
+    min_push: float = 1.0
+    version: int = 0
+    payload: bytes = b"{}"
+    _chain_state: dict[str, Any] | None = None
+    _statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _status_errors: list[str] = field(default_factory=list)
+    _remote_at: float = float("-inf")
+    _changed: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    closing: bool = False
+
+    def refresh(self, now: float) -> bool:
+        """One poll of every source (blocking); True when the snapshot must be rebuilt."""
+        changed = self.runs.poll()
+        if now - self._remote_at >= self.remote_interval and (self.chain or self.status):
+            self._remote_at = now
+            if self.chain is not None:
+                self._chain_state = self.chain.read()
+            if self.status is not None:
+                self._statuses, self._status_errors = self.status.read()
+            changed = True
+        return changed or self.version == 0
+
+    def build(self) -> bytes:
+        data = snapshot(
+            list(self.runs.peers.values()),
+            max_points=self.max_points,
+            statuses=self._statuses,
+            chain=self._chain_state,
+            runs=[str(p) for p in self.runs.run_dirs],
+        )
+        data |= {"version": self.version + 1, "time": round(time.time(), 3), "status_errors": self._status_errors}
+        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+
+    async def run(self) -> None:
+        """Forever: poll, rebuild at most every ``min_push`` seconds, wake the streams."""
+        self._changed, self._loop = asyncio.Event(), asyncio.get_running_loop()
+        pending, last_push = False, float("-inf")
+        while True:
+            try:
+                now = time.monotonic()
+                pending |= await asyncio.to_thread(self.refresh, now)
+                if pending and now - last_push >= self.min_push:
+                    self.payload = await asyncio.to_thread(self.build)
+                    self.version += 1
+                    pending, last_push = False, now
+                    self._changed.set()
+                    self._changed = asyncio.Event()
+            except (OSError, ValueError) as e:  # an unreadable file or a bad row: shown in the log, retried
+                log.warning("dashboard refresh failed: %s", e)
+            await asyncio.sleep(0 if self.runs.behind else self.interval)
+
+    def close(self) -> None:
+        """End every open stream (from any thread): the server can then stop at once instead
+        of waiting out its graceful-shutdown timeout on streams that never end by themselves."""
+        self.closing = True
+        if self._loop is not None and self._changed is not None:
+            self._loop.call_soon_threadsafe(self._changed.set)
+
+    async def stream(self, is_disconnected: Any) -> AsyncIterator[bytes]:
+        """Server-sent events: the current snapshot at once, then each new one."""
+        sent = -1
+        while not self.closing and not await is_disconnected():
+            if self.version != sent and self.version > 0:
+                sent = self.version
+                yield b"event: snapshot\nid: " + str(sent).encode() + b"\ndata: " + self.payload + b"\n\n"
+                continue
+            waiter = self._changed
+            if waiter is None:
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                await asyncio.wait_for(waiter.wait(), HEARTBEAT)
+            except asyncio.TimeoutError:
+                yield b": keep-alive\n\n"

@@ -1,0 +1,155 @@
+"""The run directories the dashboard watches: each peer's metrics rows and recorded events.
+
+A run directory holds one folder per peer (``<run dir>/<peer id>/metrics.jsonl``, written by
+``run.metrics.MetricsLogger``, and ``events.jsonl``, written by ``run.events.EventLog``). A folder
+that itself holds a metrics.jsonl is taken as one peer. ``RunWatcher.poll`` is called from one
+thread; it stats every file, reads what was appended and says whether anything changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genrl_swarm.run.events import EVENTS_FILE, clip
+from genrl_swarm.dashboard.tail import JsonlTail
+
+METRICS_FILE = "metrics.jsonl"
+MAX_EVENTS = 256  # drop and quarantine events kept per observing peer (the newest)
+CURVES = ("reward/own", "eval/reward", "reward/swarm_mean", "train/env_steps", "eval/return_std")
+SUMS = {"time/generate": "time/generate_s", "time/exchange": "time/exchange_s", "time/train": "time/train"}  # per stage -> per round
+DROPPED, SUCCESS = "dropped/", "success/"
+
+
+def num(value: Any) -> float | None:
+    """A finite float, or None (booleans, strings and NaN are not metrics values)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+@dataclass
+class PeerLog:
+    """What one peer's folder says: rows by round (a replayed round replaces its row) and events."""
+
+    directory: Path
+    run: str
+    metrics: JsonlTail
+    events: JsonlTail
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    start: dict[str, Any] = field(default_factory=dict)
+    stage: tuple[int, int] | None = None  # (round, stage) of the last exchange recorded
+    incidents: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
+    quarantines: dict[str, dict[str, Any]] = field(default_factory=dict)  # sender -> latest quarantine event
+    # Kept as rows arrive, so a snapshot of a long run does not rescan every row each second:
+    series: dict[str, dict[int, float]] = field(default_factory=dict)  # curve -> round -> value
+    dropped_by: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))  # sender -> its bodies this peer dropped
+
+    last_round: int | None = None  # the latest round with a row
+
+    @property
+    def last(self) -> dict[str, Any]:
+        """The row of the latest round ({} before the first)."""
+        return self.rows[self.last_round] if self.last_round is not None else {}
+
+    @property
+    def peer(self) -> str:
+        """The peer id its rows give (the folder's name until there is one)."""
+        for row in (self.last, self.start):
+            if isinstance(row.get("peer"), str):
+                return clip(row["peer"])
+        return self.directory.name
+
+    @property
+    def last_seen(self) -> float:
+        return max(self.metrics.mtime, self.events.mtime)
+
+    def poll(self) -> bool:
+        rows, rewritten = self.metrics.read()
+        if rewritten:
+            self.rows.clear()
+            self.series.clear()
+            self.dropped_by.clear()
+            self.last_round = None
+        for row in rows:
+            if isinstance(row.get("round"), int):
+                if row["round"] in self.rows:  # a replayed round replaces its row
+                    self._index(self.rows[row["round"]], -1)
+                self.rows[row["round"]] = row
+                self._index(row, 1)
+                self.last_round = max(row["round"], self.last_round if self.last_round is not None else row["round"])
+        events, restarted = self.events.read()
+        if restarted:
+            self.start, self.stage = {}, None
+            self.incidents.clear()
+            self.quarantines.clear()
+        for event in events:
+            self._event(event)
+        return bool(rows or events or rewritten or restarted)
+
+    def _index(self, row: dict[str, Any], sign: int) -> None:
+        r = row["round"]
+        for key, value in row.items():
+            if key.startswith(DROPPED) and (n := num(value)) is not None:
+                self.dropped_by[clip(key[len(DROPPED) :])] += sign * n
+        values = {k: num(row.get(k)) for k in CURVES}
+        for name, prefix in SUMS.items():
+            parts = [v for k, x in row.items() if k.startswith(prefix) and (v := num(x)) is not None]
+            values[name] = sum(parts) if parts else None
+        values |= {k: num(v) for k, v in row.items() if k.startswith(SUCCESS)}
+        for key, value in values.items():
+            if sign > 0 and value is not None:
+                self.series.setdefault(key, {})[r] = value
+            elif sign < 0:
+                self.series.get(key, {}).pop(r, None)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        kind = event.get("kind")
+        if kind == "start":
+            self.start = event
+        elif kind == "stage" and isinstance(event.get("round"), int) and isinstance(event.get("stage"), int):
+            self.stage = (event["round"], event["stage"])
+        elif kind in ("drop", "quarantine", "drops_omitted"):
+            self.incidents.append(event)
+            if kind == "quarantine" and isinstance(event.get("sender"), str):
+                self.quarantines[event["sender"]] = event
+
+
+@dataclass
+class RunWatcher:
+    """Every peer folder under the given run directories, discovered again on each poll."""
+
+    run_dirs: list[Path]
+    max_peers: int = 10_000
+    peers: dict[Path, PeerLog] = field(default_factory=dict)
+
+    def poll(self) -> bool:
+        changed = False
+        for directory, run in self._discover():
+            if directory not in self.peers and len(self.peers) < self.max_peers:
+                self.peers[directory] = PeerLog(directory, run, JsonlTail(directory / METRICS_FILE), JsonlTail(directory / EVENTS_FILE))
+                changed = True
+        for log in self.peers.values():
+            changed |= log.poll()
+        return changed
+
+    @property
+    def behind(self) -> bool:
+        """Some file has more to read than one poll takes."""
+        return any(log.metrics.behind or log.events.behind for log in self.peers.values())
+
+    def _discover(self) -> list[tuple[Path, str]]:
+        found = []
+        for run_dir in self.run_dirs:
+            if (run_dir / METRICS_FILE).exists() or (run_dir / EVENTS_FILE).exists():
+                found.append((run_dir, run_dir.parent.name))
+                continue
+            try:
+                children = sorted(p for p in run_dir.iterdir() if p.is_dir())
+            except OSError:  # not there yet (the run has not started) or unreadable: seen next poll
+                continue
+            found += [(p, run_dir.name) for p in children if (p / METRICS_FILE).exists() or (p / EVENTS_FILE).exists()]
+        return found

@@ -1,0 +1,204 @@
+"""The page's data: one JSON-able snapshot built from the watched runs, the chain and peers' status.
+
+Everything a peer wrote about *another* peer (its id in ``reward/peer/<id>`` and
+``dropped/<id>``, drop reasons) is untrusted text: it is clipped here and the page renders it
+as text only. Values that are not finite numbers are ignored rather than trusted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from genrl_swarm.dashboard.downsample import buckets, series
+from genrl_swarm.run.events import clip
+from genrl_swarm.dashboard.runs import SUCCESS, PeerLog, num
+
+PEER_REWARD = "reward/peer/"
+VALUE_BUDGET = 60_000  # numbers per chart across all its series; a peer's curve gets a share
+
+
+def _sum(row: Mapping[str, Any], prefix: str) -> float | None:
+    """Sum of the row's values whose key starts with ``prefix`` (per-stage timings)."""
+    found = [v for k, value in row.items() if k.startswith(prefix) and (v := num(value)) is not None]
+    return sum(found) if found else None
+
+
+def timings(row: Mapping[str, Any]) -> dict[str, float | None]:
+    """Seconds of one round: generation, exchange (every stage) and training."""
+    return {"generate": _sum(row, "time/generate_s"), "exchange": _sum(row, "time/exchange_s"), "train": _sum(row, "time/train")}
+
+
+@dataclass
+class Observed:
+    """A peer as the others saw it: its bodies they dropped, their quarantines of it, their scores."""
+
+    dropped: float = 0.0
+    quarantined_by: int = 0
+    quarantines: int = 0
+    score_sum: float = 0.0
+    scorers: int = 0
+
+
+def _current(log: PeerLog) -> tuple[int, int]:
+    """(round, stages done in it): the round in progress, or the one after the last row."""
+    next_round = log.last_round + 1 if log.last_round is not None else int(log.start.get("start_round", 0) or 0)
+    if log.stage is not None and log.stage[0] >= next_round:
+        return log.stage[0], log.stage[1] + 1
+    return next_round, 0
+
+
+def _observed(logs: Sequence[PeerLog]) -> dict[str, Observed]:
+    seen: defaultdict[str, Observed] = defaultdict(Observed)
+    for log in logs:
+        for sender, n in log.dropped_by.items():
+            seen[sender].dropped += n
+        me = log.peer
+        if log.rows:
+            for key, value in log.last.items():
+                if key.startswith(PEER_REWARD) and (v := num(value)) is not None and key[len(PEER_REWARD) :] != me:
+                    seen[clip(key[len(PEER_REWARD) :])].score_sum += v
+                    seen[clip(key[len(PEER_REWARD) :])].scorers += 1
+        now = _current(log)[0]
+        for sender, event in log.quarantines.items():
+            seen[clip(sender)].quarantines += sum(1 for e in log.incidents if e.get("kind") == "quarantine" and e.get("sender") == sender)
+            if isinstance(event.get("until"), int) and now < event["until"]:
+                seen[clip(sender)].quarantined_by += 1
+    return seen
+
+
+def _reasons(logs: Sequence[PeerLog]) -> dict[str, list[str]]:
+    """Per sender, its distinct recent drop and quarantine reasons, newest first (at most 3)."""
+    events = sorted((e for log in logs for e in log.incidents if isinstance(e.get("sender"), str)), key=lambda e: -(num(e.get("t")) or 0.0))
+    out: defaultdict[str, list[str]] = defaultdict(list)
+    for e in events:
+        kind = "quarantined" if e.get("kind") == "quarantine" else str(e.get("drop", "dropped"))
+        text = clip(f"{kind}: {e.get('reason', '')}")
+        mine = out[clip(e["sender"])]
+        if text not in mine and len(mine) < 3:
+            mine.append(text)
+    return out
+
+
+def peer_rows(logs: Sequence[PeerLog], statuses: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The table: every peer with a folder, every peer another one scored or dropped, every live status."""
+    seen, reasons = _observed(logs), _reasons(logs)
+    rows: dict[str, dict[str, Any]] = {}
+    for log in logs:
+        last = log.last
+        evals = log.series.get("eval/reward", {})
+        current, stage = _current(log)
+        rows[log.peer] = {
+            "id": log.peer,
+            "run": clip(log.run),
+            "backend": clip(str(log.start.get("backend", ""))) or None,
+            "round": current,
+            "stage": stage,
+            "stages": log.start.get("stages"),
+            "max_rounds": log.start.get("max_rounds"),
+            "rounds_done": len(log.rows),
+            "last_seen": round(log.last_seen, 3) or None,
+            "reward": num(last.get("reward/own")),
+            "eval": evals[max(evals)] if evals else None,
+            "cumulative": num(last.get("reward/cumulative")),
+            "wins": num(last.get("wins")),
+            "latency": timings(last)["exchange"],
+            "drops_made": _sum(last, "trust/dropped_"),
+            "quarantining": num(last.get("trust/quarantined")),
+            "local": True,
+        }
+    for peer, status in statuses.items():
+        row = rows.setdefault(peer, {"id": peer, "local": False})
+        row.update({k: v for k, v in status.items() if k not in ("id", "local")})
+    for peer, obs in seen.items():
+        row = rows.setdefault(peer, {"id": peer, "local": False, "backend": "remote"})
+        row["scored"] = round(obs.score_sum / obs.scorers, 5) if obs.scorers else None
+    for peer, row in rows.items():
+        obs = seen.get(peer, Observed())
+        row |= {"dropped": obs.dropped, "quarantined_by": obs.quarantined_by, "quarantines": obs.quarantines, "reasons": reasons.get(peer, [])}
+    return sorted(rows.values(), key=lambda r: r["id"])
+
+
+def leaderboard(logs: Iterable[PeerLog]) -> list[dict[str, Any]]:
+    """Each peer's own tally from its last row (the coordinator's books), best first."""
+    out = []
+    for log in logs:
+        if log.rows:
+            last = log.last
+            out.append({"id": log.peer, "cumulative": num(last.get("reward/cumulative")) or 0.0, "wins": int(num(last.get("wins")) or 0), "rounds": len(log.rows)})
+    return sorted(out, key=lambda r: (-r["cumulative"], -r["wins"], r["id"]))
+
+
+def progress(logs: Sequence[PeerLog]) -> dict[str, Any]:
+    """Where the swarm is: the furthest round, the planned rounds and stages, peers per round."""
+    currents = [_current(log) for log in logs]
+    at = Counter(r for r, _ in currents)
+    max_rounds = [m for log in logs if isinstance(m := log.start.get("max_rounds"), int)]
+    stages = [s for log in logs if isinstance(s := log.start.get("stages"), int)]
+    done = [log.last_round + 1 for log in logs if log.last_round is not None]
+    return {
+        "round": max((r for r, _ in currents), default=0),
+        "rounds_done": min(done, default=0),
+        "max_rounds": max(max_rounds, default=None),
+        "stages": max(stages, default=None),
+        "peers_at": sorted([r, n] for r, n in at.items()),
+    }
+
+
+def curves(logs: Sequence[PeerLog], max_points: int) -> dict[str, Any]:
+    """Per-peer reward and evaluation, the mean time split per round, MARL returns, task success."""
+    rounds = sorted({r for log in logs for r in log.rows})
+    share = max(16, min(max_points, VALUE_BUDGET // max(1, 2 * len(logs))))
+    groups = buckets(rounds, share)
+
+    def per_peer(key: str) -> dict[str, list[float | None]]:
+        return {log.peer: series(log.series.get(key, {}), groups) for log in logs}
+
+    def mean_of(key: str) -> list[float | None]:
+        sums: defaultdict[int, list[float]] = defaultdict(list)
+        for log in logs:
+            for r, v in log.series.get(key, {}).items():
+                sums[r].append(v)
+        return series({r: sum(v) / len(v) for r, v in sums.items()}, groups)
+
+    out: dict[str, Any] = {"x": [g[0] for g in groups], "reward": per_peer("reward/own"), "eval": per_peer("eval/reward")}
+    out["swarm_mean"] = mean_of("reward/swarm_mean")
+    out["times"] = {part: mean_of(f"time/{part}") for part in ("generate", "exchange", "train")}
+    if any("train/env_steps" in log.series for log in logs):
+        out["marl"] = {"steps": mean_of("train/env_steps"), "eval_return": mean_of("eval/reward"), "eval_std": mean_of("eval/return_std")}
+    tasks = sorted({k for log in logs for k in log.series if k.startswith(SUCCESS)})
+    if tasks:
+        out["tasks"] = {clip(t[len(SUCCESS) :]): mean_of(t) for t in tasks[:64]}
+    return out
+
+
+def incidents(logs: Sequence[PeerLog], limit: int = 100) -> list[dict[str, Any]]:
+    """The newest drops and quarantines across observers, for the faults panel."""
+    events = [(log.peer, e) for log in logs for e in log.incidents]
+    events.sort(key=lambda pe: -(num(pe[1].get("t")) or 0.0))
+    out = []
+    for observer, e in events[:limit]:
+        out.append({
+            "t": num(e.get("t")),
+            "round": e.get("round") if isinstance(e.get("round"), int) else None,
+            "stage": e.get("stage") if isinstance(e.get("stage"), int) else None,
+            "observer": observer,
+            "sender": clip(str(e.get("sender", ""))),
+            "kind": "quarantine" if e.get("kind") == "quarantine" else "omitted" if e.get("kind") == "drops_omitted" else clip(str(e.get("drop", "")), 32),
+            "reason": clip(str(e.get("reason", f"{e.get('count', '?')} more drops not recorded"))),
+        })  # fmt: skip
+    return out
+
+
+def snapshot(logs: Sequence[PeerLog], *, max_points: int, statuses: Mapping[str, Mapping[str, Any]] | None = None, chain: Mapping[str, Any] | None = None, runs: Sequence[str] = ()) -> dict[str, Any]:
+    return {
+        "runs": list(runs),
+        "peers": peer_rows(logs, statuses or {}),
+        "leaderboard": leaderboard(logs),
+        "chain": dict(chain) if chain else None,
+        "progress": progress(logs),
+        "curves": curves(logs, max_points),
+        "incidents": incidents(logs),
+    }

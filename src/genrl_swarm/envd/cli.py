@@ -1,0 +1,40 @@
+"""``genrl-swarm envd``: its arguments and its entry point (grpc is imported only when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from genrl_swarm.agents.host import HostConfig
+from genrl_swarm.envd.controller import EnvdConfig
+
+EXIT_CONFIG = 2
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (no auth or TLS: keep it private; default loopback)")
+    p.add_argument("--port", type=int, default=50051, help="0: any free port (the bound one is printed)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes that hold sessions")
+    p.add_argument("--sandboxes", type=int, default=2, help="sandboxed tool processes per worker")
+    p.add_argument("--max-sessions", type=int, default=10_000)
+    p.add_argument("--ttl", type=float, default=600.0, help="seconds a session may stay idle before it is closed")
+    p.add_argument("--max-turns", type=int, default=16, help="turns per episode (default and ceiling)")
+    p.add_argument("--tasks", default="calculator,sql,kvstore", help="comma-separated tasks to offer (also: probe)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        host = HostConfig(tasks=tuple(t for t in args.tasks.split(",") if t), sandboxes=args.sandboxes, max_turns=args.max_turns)
+        config = EnvdConfig(workers=args.workers, max_sessions=args.max_sessions, ttl=args.ttl, host=host)
+    except ValueError as e:
+        print(f"genrl-swarm: envd: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    from genrl_swarm.envd.server import serve
+
+    try:
+        asyncio.run(serve(config, args.host, args.port))
+    except OSError as e:
+        print(f"genrl-swarm: envd: {e}", file=sys.stderr)
+        return 1
+    return 0

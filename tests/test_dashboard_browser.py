@@ -1,0 +1,141 @@
+"""The dashboard in headless Chromium (Debian's, driven by Playwright; no browser download):
+a real bandit run with a peer whose payloads are dropped, peer ids that hold HTML, 100 peers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("playwright")
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright  # noqa: E402
+
+from genrl_swarm.dashboard.background import Background  # noqa: E402
+from genrl_swarm.dashboard.hub import Hub  # noqa: E402
+from genrl_swarm.run.events import EVENTS_FILE  # noqa: E402
+from genrl_swarm.dashboard.runs import RunWatcher  # noqa: E402
+from test_dashboard_data import tamper_reveal, write_rows  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Without the background-networking flags Chromium's own connections get refused many at a time here.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+EVIL = '<img src=x onerror="window.__pwned=1">'
+#: Set to a path to keep the screenshot of the bandit run (the README's is made this way).
+SCREENSHOT_ENV = "GENRL_SWARM_DASHBOARD_SCREENSHOT"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is needed (apt-get install chromium; make install does it)")
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+def open_page(browser: Browser, url: str) -> Page:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_selector("body[data-version]", timeout=20_000)
+    assert not errors, errors
+    return page
+
+
+def texts(page: Page | Locator, selector: str) -> list[str]:
+    return [t.strip() for t in page.locator(selector).all_text_contents()]
+
+
+def test_the_page_shows_a_bandit_run_its_curves_leaderboard_and_a_dropped_payload(browser: Browser, bandit_recipe: Any, tmp_path: Path) -> None:
+    from genrl_swarm.run.launcher import build_managers, run_managers
+
+    managers, run = build_managers(bandit_recipe("game.max_rounds=6", "game.eval_every=3"))
+    tamper_reveal(managers[2].comm, rounds={5})  # peer-2 reveals other bytes than it committed to (last round: quarantine slows the rest)
+    run_managers(managers)
+    last = {p: json.loads((Path(run.dir) / p / "metrics.jsonl").read_text().splitlines()[-1]) for p in ("peer-0", "peer-1", "peer-2")}
+    expected_order = sorted(last, key=lambda p: (-last[p]["reward/cumulative"], -last[p]["wins"], p))
+
+    with Background(Hub(RunWatcher([Path(run.dir)]), interval=0.1, min_push=0.2)) as url:
+        page = open_page(browser, url)
+        assert texts(page, "#peers-body td[data-col=id]") == ["peer-0", "peer-1", "peer-2"]
+        assert set(texts(page, "#peers-body td[data-col=backend]")) == {"InMemory"}  # InMemoryBackend
+        chart = page.locator("#chart-reward")
+        assert (chart.get_attribute("data-points"), chart.get_attribute("data-series")) == ("6", "4")  # 6 rounds; 3 peers + the swarm mean
+        assert page.locator("#chart-eval").get_attribute("data-points") == "6"
+        assert texts(page, "#leaderboard-local td.peer-id") == expected_order
+        reason = "revealed payload does not match its commitment"
+        if page.locator("#faults-more").is_visible():  # the newest dozen are shown at first
+            page.click("#faults-more")
+        faults = page.locator("#faults-body tr", has_text=reason)
+        seen = sorted(tuple(texts(faults.nth(i), "td")[3:6]) for i in range(faults.count()))  # seen by, sender, kind
+        # peer-0 and peer-1 each drop its payload in both stages, then quarantine it.
+        assert seen == [(o, "peer-2", k) for o in ("peer-0", "peer-1") for k in ("payload", "payload", "quarantine")]
+        assert any(reason in t for t in texts(page, "#peers-body tr[data-peer=peer-2] td[data-col=reasons] li"))
+        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+        if os.environ.get(SCREENSHOT_ENV):
+            page.screenshot(path=os.environ[SCREENSHOT_ENV], full_page=True)
+        # Zoom by dragging over rounds; a new round then arrives without a reload and keeps the zoom.
+        assert chart.get_attribute("data-x-range") == "0,5"
+        page.locator("#chart-reward .u-over").scroll_into_view_if_needed()  # the mouse acts inside the viewport only
+        box = page.locator("#chart-reward .u-over").bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2, steps=5)
+        page.mouse.up()
+        zoomed = chart.get_attribute("data-x-range")
+        assert zoomed != "0,5" and 0.5 < float(zoomed.split(",")[0]) < float(zoomed.split(",")[1]) < 4.5, zoomed
+        page.evaluate("window.__same_page = true")
+        write_rows(Path(run.dir) / "peer-0" / "metrics.jsonl", [{**last["peer-0"], "round": 6}])
+        expect(chart).to_have_attribute("data-points", "7", timeout=20_000)  # no wait_for_function: the page's CSP forbids eval
+        assert page.evaluate("window.__same_page") is True and chart.get_attribute("data-x-range") == zoomed
+        page.locator("#chart-reward .u-over").dblclick()
+        expect(chart).to_have_attribute("data-x-range", "0,6")
+        page.close()
+    assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+
+
+def test_a_peer_id_holding_html_is_shown_as_text_and_runs_nothing(browser: Browser, tmp_path: Path) -> None:
+    observer, local_evil = tmp_path / "run" / "peer-0", '<b id="bold">x</b><script>window.__pwned=2</script>'
+    rows = [{"round": r, "peer": "peer-0", "reward/own": 0.5, f"reward/peer/{EVIL}": 0.25, f"dropped/{EVIL}": 1, "reward/cumulative": r, "wins": 0} for r in range(3)]
+    write_rows(observer / "metrics.jsonl", rows)
+    write_rows(observer / EVENTS_FILE, [{"t": 1.0, "kind": "drop", "round": 1, "stage": 0, "sender": EVIL, "drop": "payload", "reason": f"from {EVIL}: <svg onload=window.__pwned=3>"}])
+    write_rows(tmp_path / "run" / "other" / "metrics.jsonl", [{"round": 0, "peer": local_evil, "reward/own": 0.1, "reward/cumulative": 9.0, "wins": 1}])
+    with Background(Hub(RunWatcher([tmp_path / "run"]), interval=0.05, min_push=0.05)) as url:
+        page = open_page(browser, url)
+        ids = texts(page, "#peers-body td[data-col=id]")
+        assert EVIL in ids and local_evil in ids
+        assert page.locator(f"#peers-body tr[data-peer='{EVIL}'] td[data-col=dropped]").text_content() == "3"
+        assert texts(page, "#leaderboard-local td.peer-id")[0] == local_evil
+        assert any(f"from {EVIL}: <svg onload=window.__pwned=3>" in t for t in texts(page, "#faults-body td.reason"))
+        assert any(local_evil in t for t in texts(page, "#chart-reward .u-legend th"))
+        assert page.evaluate("document.querySelectorAll('main img, main svg:not(.u-legend svg), main script, main b, #bold').length") == 0
+        assert page.evaluate("window.__pwned") is None
+
+
+def test_100_peers_are_paged_and_their_curves_downsampled(browser: Browser, tmp_path: Path) -> None:
+    for p in range(100):
+        write_rows(tmp_path / "run" / f"peer-{p:03d}" / "metrics.jsonl", [{"round": r, "peer": f"peer-{p:03d}", "reward/own": (r + p) / 400, "reward/cumulative": p / 10, "wins": 0} for r in range(300)])
+    with Background(Hub(RunWatcher([tmp_path / "run"]), max_points=100)) as url:
+        page = open_page(browser, url)
+        assert page.locator("#peer-page").text_content() == "page 1 of 4 · 100 peers"
+        assert texts(page, "#peers-body td[data-col=id]") == [f"peer-{p:03d}" for p in range(25)]
+        page.click("#peer-next")
+        assert texts(page, "#peers-body td[data-col=id]")[0] == "peer-025"
+        chart = page.locator("#chart-reward")
+        assert chart.get_attribute("data-points") == "100"  # 300 rounds in 100 buckets
+        assert chart.get_attribute("data-series") == "9"  # the leaderboard's top 8 and the swarm mean
+        assert texts(page, "#leaderboard-local td.peer-id")[:2] == ["peer-099", "peer-098"]
+        page.click("#peers-body tr[data-peer=peer-030]")  # picks it on top of the 8 shown
+        assert chart.get_attribute("data-series") == "10"
+        page.fill("#peer-filter", "peer-04")
+        assert len(texts(page, "#peers-body td[data-col=id]")) == 10
