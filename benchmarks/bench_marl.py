@@ -1,0 +1,123 @@
+"""IPPO and MAPPO in JAX on Jumanji: speed, learning, and the swarm against isolated peers.
+
+1. Speed: environment steps per second of the compiled trainer (Mava's loop: rollout of 128
+   steps, 4 epochs x 2 minibatches, all in one ``lax.scan``) for IPPO and MAPPO on LBF
+   ``2s-8x8-2p-2f-coop`` and RWARE ``tiny-2ag`` with 16 and 64 environments; compile time apart.
+2. Learning: IPPO on LBF ``2s-8x8-2p-2f-coop`` (16 environments, Mava's defaults), evaluation
+   return (32 sampled episodes, as Mava evaluates) against environment steps, up to 1M steps.
+3. The swarm: 2 peers playing the ``marl`` game, sharing replay-verified trajectories, sharing
+   parameters, or isolated, at equal environment steps per peer.
+
+    python benchmarks/bench_marl.py                      # everything (~20 min on 2 CPU cores)
+    python benchmarks/bench_marl.py --parts speed --updates 5 --envs 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from common import machine, table
+
+from genrl_swarm.config import load_recipe
+from genrl_swarm.marl.config import EnvConfig, Scenario, SystemConfig
+from genrl_swarm.marl.report import eval_curves
+from genrl_swarm.marl.team import Team
+from genrl_swarm.run.launcher import run_recipe
+
+LBF = EnvConfig(scenario=Scenario("2s-8x8-2p-2f-coop", "lbf", {"grid_size": 8, "fov": 2, "num_agents": 2, "num_food": 2, "max_agent_level": 2, "force_coop": True}),
+                time_limit=100, kwargs={"normalize_reward": True, "penalty": 0.0})  # fmt: skip
+RWARE = EnvConfig(env_name="RobotWarehouse-v0", time_limit=500, scenario=Scenario("tiny-2ag", "rware", {
+    "shelf_rows": 1, "shelf_columns": 3, "column_height": 8, "num_agents": 2, "sensor_range": 1, "request_queue_size": 2}))  # fmt: skip
+#: Mava's measurements on this machine class (issue 12): steps/s range, compile s range.
+MAVA = {("ippo", "LBF"): "10-12k", ("ippo", "RWARE"): "6.5-8.4k", ("mappo", "LBF"): "~12k", ("mappo", "RWARE"): "n/a"}
+
+
+def speed(system: str, env: EnvConfig, num_envs: int, updates: int) -> dict[str, float]:
+    """Compile seconds and steady-state environment steps/s of ``updates`` updates in one call."""
+    team = Team(env, SystemConfig(name=system, num_envs=num_envs))  # a fresh Team: nothing cached
+    start = time.perf_counter()
+    runner = team.start(jax.random.PRNGKey(0))
+    compiled = team.learn.lower(runner, num_updates=updates).compile()
+    compile_s = time.perf_counter() - start
+    runner, metrics = compiled(runner)  # first run: warms caches and allocations
+    jax.block_until_ready(metrics)
+    start = time.perf_counter()
+    runner, metrics = compiled(runner)
+    jax.block_until_ready(metrics)
+    elapsed = time.perf_counter() - start
+    return {"compile_s": compile_s, "steps_per_s": updates * num_envs * team.system.rollout_length / elapsed}
+
+
+def learning(total_steps: int, evals: int, episodes: int) -> list[tuple[int, float, float]]:
+    """(environment steps, mean, std of evaluation return) of IPPO on LBF with Mava's defaults."""
+    team = Team(LBF, SystemConfig(name="ippo", num_envs=16))
+    per_update = 16 * 128
+    chunk = max(1, total_steps // per_update // evals)
+    runner, rows, key = team.start(jax.random.PRNGKey(0)), [], jax.random.PRNGKey(7)
+    for i in range(evals):
+        runner, _ = team.learn(runner, num_updates=chunk)
+        returns = np.asarray(team.evaluate(runner.train.params.actor, jax.random.fold_in(key, i), episodes))
+        rows.append(((i + 1) * chunk * per_update, float(returns.mean()), float(returns.std())))
+        print(f"  {rows[-1][0]:>8} steps: eval return {rows[-1][1]:.3f} ± {rows[-1][2]:.3f}", flush=True)
+    return rows
+
+
+def swarm(share: str, rounds: int, num_envs: int, out: Path) -> list[tuple[int, float]]:
+    """(environment steps per peer, evaluation return averaged over the 2 peers) of the game."""
+    run_dir = out / share
+    cfg = load_recipe("marl", [
+        f"policy.share={share}", f"game.max_rounds={rounds}", f"policy.system.num_envs={num_envs}", f"run.dir={run_dir}",
+        f"learner.eval_every={max(1, rounds // 5)}", "run.console=false", "run.tensorboard=false", "run.plot=false",
+    ])  # fmt: skip
+    run_recipe(cfg, stream=io.StringIO())
+    curves = eval_curves(run_dir)
+    return [(step, float(np.mean([c.mean[i] for c in curves]))) for i, step in enumerate(curves[0].steps)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="speed,learning,swarm")
+    parser.add_argument("--updates", type=int, default=20, help="updates timed per speed measurement")
+    parser.add_argument("--envs", default="16,64")
+    parser.add_argument("--learning-steps", type=int, default=1_000_000)
+    parser.add_argument("--evals", type=int, default=10)
+    parser.add_argument("--swarm-rounds", type=int, default=30)
+    parser.add_argument("--swarm-envs", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=Path("runs/bench_marl"))
+    a = parser.parse_args()
+    parts, results = set(a.parts.split(",")), {"machine": machine(), "devices": [str(d) for d in jax.devices()]}
+    print(results["machine"], "|", "jax", jax.__version__, results["devices"])
+    if "speed" in parts:
+        rows = []
+        for system in ("ippo", "mappo"):
+            for name, env in (("LBF", LBF), ("RWARE", RWARE)):
+                for num_envs in map(int, a.envs.split(",")):
+                    r = speed(system, env, num_envs, a.updates)
+                    rows.append([system.upper(), f"{name} {env.task.name}", num_envs, round(r["steps_per_s"]), round(r["compile_s"], 1), MAVA[(system, name)]])
+                    print("  ", rows[-1], flush=True)
+        results["speed"] = rows
+        print(table(["system", "scenario", "num_envs", "env steps/s", "compile s", "Mava steps/s (issue)"], rows))
+    if "learning" in parts:
+        rows = learning(a.learning_steps, a.evals, 32)
+        results["learning"] = rows
+        print(table(["env steps", "eval return (32 episodes)", "std"], [[s, round(m, 3), round(sd, 3)] for s, m, sd in rows]))
+    if "swarm" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            curves = {share: swarm(share, a.swarm_rounds, a.swarm_envs, Path(tmp)) for share in ("trajectories", "parameters", "none")}
+        results["swarm"] = curves
+        steps = [s for s, _ in curves["none"]]
+        rows = [[s, *(round(curves[k][i][1], 3) for k in ("trajectories", "parameters", "none"))] for i, s in enumerate(steps)]
+        print(table(["env steps per peer", "shared trajectories", "shared parameters", "isolated"], rows))
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

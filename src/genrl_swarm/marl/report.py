@@ -1,0 +1,101 @@
+"""A MARL run's results: a table of evaluation return against environment steps per peer, and
+``return_curve.png`` (evaluation and training return against environment steps).
+
+    python -m genrl_swarm.marl.report runs/demo-marl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from genrl_swarm.run.metrics import read_metrics
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One peer's evaluations: environment steps, mean and std of the evaluation return."""
+
+    label: str
+    steps: list[int]
+    mean: list[float]
+    std: list[float]
+
+
+def eval_curves(run_dir: Path) -> list[Curve]:
+    """Every marl-eval JSON file of a run (one per peer), as curves."""
+    curves = []
+    for path in sorted((run_dir / "marl_eval").glob("*.json")):
+        for env, tasks in json.loads(path.read_text()).items():
+            for task, systems in tasks.items():
+                for system, seeds in systems.items():
+                    for seed, run in seeds.items():
+                        rows = [run[k] for k in sorted((k for k in run if k.startswith("step_")), key=lambda k: int(k[5:]))]
+                        curves.append(Curve(f"{system} {seed}", [r["step_count"] for r in rows],
+                                            [float(np.mean(r["return"])) for r in rows], [float(np.std(r["return"])) for r in rows]))  # fmt: skip
+    return curves
+
+
+def training_curves(run_dir: Path) -> Iterator[tuple[str, list[float], list[float]]]:
+    """(peer, environment steps, return of its own rollout) from each peer's metrics.jsonl."""
+    for path in sorted(run_dir.glob("*/metrics.jsonl")):
+        rows = [r for r in read_metrics(path) if "train/env_steps" in r]
+        yield path.parent.name, [r["train/env_steps"] for r in rows], [r["reward/peer/" + r["peer"]] for r in rows if "reward/peer/" + r["peer"] in r]
+
+
+def table(curves: list[Curve]) -> str:
+    lines = [f"{'env steps':>10}  " + "  ".join(f"{c.label:>18}" for c in curves)]
+    for i, step in enumerate(curves[0].steps if curves else []):
+        cells = [f"{c.mean[i]:>10.3f} ± {c.std[i]:5.3f}" if i < len(c.mean) else " " * 18 for c in curves]
+        lines.append(f"{step:>10}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def plot(run_dir: Path, curves: list[Curve]) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for c in curves:
+        mean, std = np.array(c.mean), np.array(c.std)
+        line = ax.plot(c.steps, mean, "-o", label=f"eval {c.label}")[0]
+        ax.fill_between(c.steps, mean - std, mean + std, color=line.get_color(), alpha=0.15)
+    for peer, steps, returns in training_curves(run_dir):
+        if len(steps) == len(returns):
+            ax.plot(steps, returns, alpha=0.4, label=f"training rollouts {peer}")
+    ax.set_xlabel("environment steps (per peer)")
+    ax.set_ylabel("team return")
+    ax.set_title(run_dir.name)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    out = run_dir / "return_curve.png"
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    args = parser.parse_args(argv)
+    curves = eval_curves(args.run_dir)
+    if not curves:
+        raise SystemExit(f"no marl-eval JSON under {args.run_dir / 'marl_eval'}: was it a marl run with learner.log_dir set?")
+    print(table(curves))
+    out = plot(args.run_dir, curves)
+    if out is not None:
+        print(f"return curve: {out}")
+
+
+if __name__ == "__main__":
+    main()
