@@ -1,0 +1,115 @@
+"""The environment side of an episode: one code path for playing it and for replaying a peer's.
+
+``Session.turn`` takes the model's ids for one turn, steps the environment with the action they
+parse to, and appends what the environment answered. The policy calls it with freshly sampled
+ids; ``replay`` calls it with the ids of a received episode and checks that every id the
+sender attributes to the environment (prompt, tool results) is what this peer's own
+environment produces from the task's seed. The reward is always the one this peer's
+environment gives: an episode carries no reward, and one whose tool results do not replay is
+refused (``ReplayMismatch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from genrl_swarm.agents.chat import ChatRenderer, Conversation
+from genrl_swarm.agents.parsing import parse_action
+from genrl_swarm.agents.types import FinishReason, TaskSpec
+from genrl_swarm.core.bodies import Episode
+from genrl_swarm.envd.api import EnvClient
+
+
+class ReplayMismatch(ValueError):
+    """A received episode that this peer's environment does not reproduce."""
+
+
+def task_spec(fields: Mapping[str, Any]) -> TaskSpec:
+    """The episode a task (or its stage input's context) names: kind, seed and limits."""
+    return TaskSpec(str(fields["task"]), int(fields["seed"]), int(fields.get("max_turns", 0)), int(fields.get("max_tokens", 0)))
+
+
+@dataclass
+class Session:
+    """One episode in progress on an environment session."""
+
+    env: EnvClient
+    spec: TaskSpec
+    session: str
+    conversation: Conversation
+    max_tokens: int
+    done: bool = False
+    finish_reason: FinishReason = "token_limit"
+    reward: float = 0.0
+    sources: list[str] = field(default_factory=list)  # which policy generated each model turn
+
+    @classmethod
+    def start(cls, env: EnvClient, spec: TaskSpec, renderer: ChatRenderer) -> Session:
+        first = env.reset(spec)
+        s = cls(env, spec, first.session, renderer.start(first.messages, first.tools), first.limits.max_tokens)
+        if s.budget <= 0:  # a prompt over the limit: the episode is over before it starts
+            s.stop()
+        return s
+
+    @property
+    def budget(self) -> int:
+        """Model tokens the episode may still add (the token limit counts every id)."""
+        return self.max_tokens - len(self.conversation.ids)
+
+    def turn(self, ids: Sequence[int], logprobs: Sequence[float], source: str = "own") -> None:
+        """Play the model's turn; record the environment's answer (or the end)."""
+        conv = self.conversation
+        text = conv.reply(ids, logprobs)
+        self.sources.append(source)
+        result = self.env.step(self.session, parse_action(text), len(conv.ids))
+        if result.done:
+            self.done, self.finish_reason, self.reward = True, result.finish_reason or "error", result.reward
+            return
+        conv.respond([result.message])
+        if self.budget <= 0:  # the environment ends only past the limit; no room for another turn
+            self.stop()
+
+    def stop(self) -> None:
+        """End the episode here, on the token limit (the session is closed)."""
+        if not self.done:
+            self.env.close(self.session)
+            self.done = True
+
+    def episode(self, task_id: str, digest: str, version: int, tokenizer: str) -> Episode:
+        return Episode(task_id, digest, tuple(self.conversation.turns), self.finish_reason, version, tokenizer)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    reward: float
+    finish_reason: FinishReason
+
+
+def replay(episode: Episode, spec: TaskSpec, env: EnvClient, renderer: ChatRenderer) -> Replayed:
+    """Rerun ``episode``'s model turns in this peer's environment; raise ReplayMismatch when a
+    prompt or tool turn differs from what the environment gives, or turns follow the end."""
+    s = Session.start(env, spec, renderer)
+    try:
+        turns = episode.turns
+        if turns[0] != s.conversation.turns[0]:
+            raise ReplayMismatch("the prompt turn differs from this peer's rendering of the task")
+        at = 1
+        while at < len(turns) and not s.done:
+            if turns[at].role != "assistant":
+                raise ReplayMismatch(f"turn {at} is a {turns[at].role} turn where the model's turn was due")
+            s.turn(turns[at].token_ids, turns[at].logprobs)
+            mine = s.conversation.turns
+            if len(mine) > at + 1:  # the environment answered: the sender's next turn must be it
+                if at + 1 >= len(turns) or turns[at + 1] != mine[at + 1]:
+                    raise ReplayMismatch(f"turn {at + 1}: the tool result does not replay in this peer's environment")
+                at += 1
+            at += 1
+        if at < len(turns):
+            raise ReplayMismatch(f"{len(turns) - at} turn(s) after the episode ended")
+        if not s.done:
+            raise ReplayMismatch("the episode stops before the environment or its token limit ended it")
+        return Replayed(s.reward, s.finish_reason)
+    finally:
+        s.stop()

@@ -1,0 +1,94 @@
+"""The agent game: tool-calling episodes on a mix of envd tasks, trained with multi-turn GRPO.
+
+Data. Each round draws ``tasks_per_round`` task instances (kinds in turn from ``tasks``, seeds
+from (swarm seed, round, slot)), and each instance ``group_size`` times: copies are separate
+tasks of the round (each one body per peer) sharing the ``group`` the learner normalises over.
+Everything an episode needs (kind, seed, turn and token limits) is public, so it is in the
+stage input and its digest: peers whose settings differ do not accept each other's episodes.
+
+Reward. A peer's claim is never read (an episode carries none): ``AgentReward`` replays every
+episode's model turns in this peer's own environment from the task's seed and takes that
+environment's reward. An episode whose prompt or tool results do not replay raises, which drops
+it for the round and counts against its sender (``RewardManager.score_state``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from genrl_swarm.agents.chat import ChatRenderer
+from genrl_swarm.agents.episodes import replay, task_spec
+from genrl_swarm.agents.shared_env import shared_env
+from genrl_swarm.agents.tasks import TASKS
+from genrl_swarm.core import DataManager, Episode, RewardManager, Rollout, StageInput, Task
+from genrl_swarm.envd.api import EnvClient
+from genrl_swarm.lm.models import SMOLLM2
+
+
+def agent_task(kind: str, seed: int, copy: int, max_turns: int, max_tokens: int) -> Task:
+    """Copy ``copy`` of the episode (kind, seed); ``group`` names the instance."""
+    public: dict[str, Any] = {"task": kind, "seed": seed, "copy": copy, "max_turns": max_turns, "max_tokens": max_tokens}
+    return Task.create(f"{kind} #{seed} (copy {copy})", None, public, group=f"{kind}:{seed}", **public)
+
+
+class AgentData(DataManager):
+    """A mix of envd tasks per round, each instance in ``group_size`` copies."""
+
+    def __init__(
+        self,
+        tasks: Sequence[str] = ("calculator", "sql"),
+        tasks_per_round: int = 2,
+        group_size: int = 4,
+        max_turns: int = 4,
+        max_tokens: int = 1024,
+        eval_size: int = 2,
+        seed: int = 0,
+    ) -> None:
+        unknown = sorted(set(tasks) - set(TASKS))
+        if unknown or not tasks:
+            raise ValueError(f"tasks: unknown or none {unknown} (known: {', '.join(sorted(TASKS))})")
+        if min(tasks_per_round, group_size, max_turns, max_tokens) < 1 or eval_size < 0:
+            raise ValueError("tasks_per_round, group_size, max_turns and max_tokens must be >= 1, eval_size >= 0")
+        self.kinds, self.per_round, self.group_size = tuple(tasks), tasks_per_round, group_size
+        self.limits, self.seed = (max_turns, max_tokens), seed
+        self._eval = [agent_task(k, self._seed("eval", k, i), 0, *self.limits) for k in self.kinds for i in range(eval_size)]
+
+    def _seed(self, *parts: object) -> int:
+        return random.Random(repr((self.seed, *parts))).randrange(1 << 31)
+
+    def round_tasks(self, round: int) -> list[Task]:
+        out = []
+        for slot in range(self.per_round):
+            kind = self.kinds[(round * self.per_round + slot) % len(self.kinds)]
+            seed = self._seed("round", round, slot)
+            out += [agent_task(kind, seed, c, *self.limits) for c in range(self.group_size)]
+        return out
+
+    def eval_tasks(self) -> list[Task]:
+        return list(self._eval)
+
+
+class AgentReward(RewardManager):
+    """The reward of an episode is what this peer's environment gives when its model turns are
+    replayed there (see the module). ``model`` names the tokenizer (the policy's)."""
+
+    def __init__(self, model: str = SMOLLM2, env: str | EnvClient = "local", renderer: ChatRenderer | None = None) -> None:
+        self.renderer = renderer or ChatRenderer(load_tokenizer(model))
+        self.env = shared_env(env) if isinstance(env, str) else env
+
+    def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
+        body = rollout.body
+        if not isinstance(body, Episode):
+            raise TypeError(f"a {type(body).__name__} body; the agent game scores Episode bodies")
+        return [replay(body, task_spec(task.metadata), self.env, self.renderer).reward]
+
+
+def load_tokenizer(model: str) -> Any:
+    """The tokenizer of ``model`` alone (no weights), from where ``load_model`` would find it."""
+    from transformers import AutoTokenizer
+
+    from genrl_swarm.lm.models import resolve_model_path
+
+    return AutoTokenizer.from_pretrained(str(resolve_model_path(model)))
