@@ -38,13 +38,17 @@ class Group:
 
     modules: tuple[str, ...]  # fnmatch globs under src/
     tests: tuple[str, ...]  # test files run against each mutant
+    # torch's thread pool does not survive a plain fork: every mutant would die of SIGXCPU and
+    # count as a (false) timeout kill. Groups that run torch fork from a clean server instead.
+    isolation: str = "fork"
 
 
 GROUPS: dict[str, Group] = {
     "core": Group(
         ("src/genrl_swarm/core/*.py",),
         ("tests/test_loop.py", "tests/test_exchange.py", "tests/test_hostile.py", "tests/test_local_truth.py",
-         "tests/test_codec.py", "tests/test_checkpoint.py", "tests/test_multipeer.py", "tests/test_core_units.py"),
+         "tests/test_codec.py", "tests/test_checkpoint.py", "tests/test_multipeer.py", "tests/test_core_units.py",
+         "tests/test_core_multipeer.py"),
     ),
     "comm": Group(
         ("src/genrl_swarm/comm/base.py", "src/genrl_swarm/comm/codec.py", "src/genrl_swarm/comm/memory.py",
@@ -59,10 +63,12 @@ GROUPS: dict[str, Group] = {
     "trainers": Group(
         ("src/genrl_swarm/trainers/*.py",),
         ("tests/test_grpo_loss.py", "tests/test_off_policy.py", "tests/test_reference_grpo.py", "tests/test_lm.py"),
+        isolation="forkserver",
     ),
     "lm": Group(
         ("src/genrl_swarm/lm/*.py",),
         ("tests/test_lm.py", "tests/test_reference_lm.py", "tests/test_grpo_loss.py"),
+        isolation="forkserver",
     ),
 }
 
@@ -103,6 +109,7 @@ def prepare(name: str, group: Group, keep: bool) -> Path:
         "[tool.mutmut]\n"
         'source_paths = ["src"]\n'
         f"only_mutate = {json.dumps(list(group.modules))}\n"
+        f'process_isolation = "{group.isolation}"\n'
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--timeout=120",'
         ' "--deselect", "tests/test_contract.py::test_committed_artifact_matches_the_source"]\n'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
@@ -100,13 +101,81 @@ def test_micro_batches_accumulate_to_the_full_batch(aggregation: str, off_policy
     assert float(sum(parts)) == pytest.approx(float(full), rel=1e-5)
 
 
-def test_config_errors_name_the_field() -> None:
-    from genrl_swarm.lm.policy import SamplingConfig
+@pytest.mark.parametrize(
+    "field, value, rule",
+    [
+        ("learning_rate", -1e-6, ">= 0"), ("num_epochs", 0, ">= 1"), ("micro_batch_size", 0, ">= 1"),
+        ("epsilon_low", -0.1, "in [0, 1)"), ("epsilon_low", 1.0, "in [0, 1)"), ("epsilon_high", -0.1, ">= 0"),
+        ("num_local", -2, ">= -1"), ("num_external", -1, ">= 0"), ("off_policy", "clip", "none, tis or decoupled"),
+        ("is_cap", 0.5, ">= 1"), ("scale_rewards", "std", "group, batch or none"), ("loss_aggregation", "mean", "token or sequence"),
+    ],
+)  # fmt: skip
+def test_grpo_config_errors_name_the_field(field: str, value: Any, rule: str) -> None:
     from genrl_swarm.trainers.grpo import GRPOConfig
 
-    with pytest.raises(ValueError, match=r"grpo.off_policy must be none, tis or decoupled, got 'clip'"):
-        GRPOConfig(off_policy="clip")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"grpo.is_cap must be >= 1"):
-        GRPOConfig(is_cap=0.5)
-    with pytest.raises(ValueError, match=r"sampling.top_p must be in \(0, 1\]"):
-        SamplingConfig(top_p=0.0)
+    with pytest.raises(ValueError, match=f"^grpo.{field} must be {re.escape(rule)}, got {re.escape(repr(value))}$"):
+        GRPOConfig(**{field: value})
+
+
+def test_grpo_config_accepts_its_boundaries() -> None:
+    from genrl_swarm.trainers.grpo import GRPOConfig
+
+    GRPOConfig(learning_rate=0.0, num_epochs=1, micro_batch_size=1, epsilon_low=0.0, epsilon_high=0.0, num_local=-1,
+               num_external=0, off_policy="none", is_cap=1.0, scale_rewards="none", loss_aggregation="sequence")  # fmt: skip
+    GRPOConfig(off_policy="decoupled", scale_rewards="batch", loss_aggregation="token")
+
+
+@pytest.mark.parametrize(
+    "field, value, rule",
+    [
+        ("num_generations", 0, ">= 1"), ("max_new_tokens", 0, "in [1, 65536]"), ("max_new_tokens", 65537, "in [1, 65536]"),
+        ("temperature", 0.0, "> 0"), ("top_p", 0.0, "in (0, 1]"), ("top_p", 1.01, "in (0, 1]"), ("sampler", "vllm", "lean or hf"),
+    ],
+)  # fmt: skip
+def test_sampling_config_errors_name_the_field(field: str, value: Any, rule: str) -> None:
+    from genrl_swarm.lm.policy import SamplingConfig
+
+    with pytest.raises(ValueError, match=f"^sampling.{field} must be {re.escape(rule)}, got {re.escape(repr(value))}$"):
+        SamplingConfig(**{field: value})
+
+
+def test_sampling_config_accepts_its_boundaries() -> None:
+    from genrl_swarm.lm.policy import SamplingConfig
+
+    SamplingConfig(num_generations=1, max_new_tokens=1, temperature=1e-3, top_p=1.0, sampler="hf")
+    SamplingConfig(max_new_tokens=65536, top_p=1e-3, sampler="lean")
+
+
+def test_empty_mask_gives_zero_loss_and_neutral_stats() -> None:
+    logp = torch.zeros(2, 3)
+    for aggregation in ("token", "sequence"):
+        loss, stats = grpo_loss(logp, logp, torch.tensor([1.0, -1.0]), torch.zeros(2, 3), aggregation=aggregation)  # type: ignore[arg-type]
+        assert float(loss) == 0.0 and stats["tokens"] == 0.0 and stats["is_weight_max"] == 1.0 and stats["clip_frac"] == 0.0
+
+
+def test_log_weights_are_capped_against_overflow() -> None:
+    from genrl_swarm.trainers.grpo_loss import MAX_LOG_WEIGHT, raw_weights
+
+    w = raw_weights(torch.tensor([[100.0, 1.0]]), torch.tensor([[0.0, 0.0]]))
+    assert w[0].tolist() == pytest.approx([math.exp(MAX_LOG_WEIGHT), math.e], rel=1e-6) and MAX_LOG_WEIGHT == 20.0
+
+
+def test_a_weight_exactly_at_the_cap_is_kept_and_not_truncated() -> None:
+    from genrl_swarm.trainers.grpo_loss import importance_weights, raw_weights
+
+    prox, behaviour = torch.tensor([[math.log(2.0), math.log(4.0)]]), torch.zeros(1, 2)
+    cap = float(raw_weights(prox, behaviour)[0, 0])  # 2, as float32 computes it
+    weight, keep = importance_weights(prox, behaviour, "decoupled", cap)
+    assert keep[0].tolist() == [1.0, 0.0] and weight[0, 0] == cap
+    _, stats = grpo_loss(prox, prox, torch.tensor([1.0]), torch.ones(1, 2), behaviour_logp=behaviour, off_policy="tis", is_cap=cap)
+    assert stats["is_truncated_frac"] == 0.5 and stats["is_weight_max"] == pytest.approx(4.0)
+
+
+def test_sequence_aggregation_by_hand_with_totals() -> None:
+    """Per sequence: mean over its tokens of -A * ratio (clipped) * w; then over the batch's sequences."""
+    logp = torch.log(torch.tensor([[1.0, 1.5, 1.0], [1.0, 0.5, 1.0]]))
+    mask = torch.tensor([[0.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    loss, stats = grpo_loss(logp, torch.zeros(2, 3), torch.tensor([2.0, -1.0]), mask, aggregation="sequence", total_sequences=4.0)
+    first = -(1.28 * 2 + 1.0 * 2) / 2  # ratio 1.5 clipped at 1 + 0.28
+    second = -(-1.0 - 0.8 - 1.0) / 3  # ratio 0.5 clipped at 1 - 0.2
+    assert float(loss) == pytest.approx((first + second) / 4) and stats["clip_frac"] == pytest.approx(2 / 5)

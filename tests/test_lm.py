@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -13,30 +13,20 @@ import pytest
 import torch
 
 from genrl_swarm.core import GameState, RoundRewards, Rollout, RunInterrupted, ScoredRollout, StageInput, Task, TokenRollout, TokenSample, Weights
-from genrl_swarm.lm.answers import answers_match, extract_answer, well_formatted
+from genrl_swarm.lm.answers import answers_match, extract_answer, extract_for, well_formatted
 from genrl_swarm.lm.models import ModelLoadError, load_model
 from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.rewards.reasoning import ReasoningReward
 from genrl_swarm.trainers.grpo import GRPOLearner
 
+from conftest import Echo
+
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-QUESTIONS = ("Calculate 1 + 2.", "What is the answer to 12 * 13, step by step?", "Hi")
+QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q")  # greedy replies: 12, 15 and 8 tokens, then EOS
 
 
-def sharpen(policy: LMPolicy, factor: float = 8.0) -> LMPolicy:
-    """The tiny random model is nearly uniform: its greedy output ignores the prompt and its
-    log-probs hardly move with temperature, so tests on it could not fail. Scaled weights make
-    a peaked, prompt-dependent model."""
-    with torch.no_grad():
-        for name, w in policy.model.named_parameters():
-            if "norm" not in name:
-                w.mul_(factor)
-    return policy
-
-
-def make(seed: int = 1, sharp: bool = False, **sampling: Any) -> LMPolicy:
-    policy = LMPolicy("tiny-random", {"num_generations": 3, "max_new_tokens": 6} | sampling, seed=seed)
-    return sharpen(policy) if sharp else policy
+def make(seed: int = 1, **sampling: Any) -> LMPolicy:
+    return LMPolicy("tiny-random", {"num_generations": 3, "max_new_tokens": 6} | sampling, seed=seed)
 
 
 def inputs(*questions: str) -> list[StageInput]:
@@ -46,11 +36,6 @@ def inputs(*questions: str) -> list[StageInput]:
 @pytest.fixture(scope="module")
 def policy() -> LMPolicy:
     return make()
-
-
-@pytest.fixture(scope="module")
-def sharp() -> LMPolicy:
-    return make(sharp=True)
 
 
 # --------------------------------------------------------------------------- acting
@@ -75,68 +60,18 @@ def test_act_returns_one_token_rollout_per_input(policy: LMPolicy) -> None:
         assert policy.check(body, inp) is None
 
 
-@pytest.mark.parametrize("sampler", ["lean", "hf"])
-def test_a_row_that_emits_eos_keeps_it_and_ends_there(sharp: LMPolicy, sampler: str) -> None:
-    (inp,) = inputs("Calculate 1 + 2.")
-    free = sharp.rollouts([inp], greedy=True)[0].samples[0]
-    assert len(free.completion_ids) == 6 and free.finish_reason == "length"
-    stop = free.completion_ids[2]  # make the greedy path's third token an EOS
-    original, sharp.eos_ids, sharp.sampling.sampler = sharp.eos_ids, [stop], sampler  # type: ignore[assignment]
+def test_lean_greedy_equals_hf_generate(policy: LMPolicy) -> None:
+    prompts = [policy.prompt_ids(i) for i in inputs()]
+    policy.sampling.max_new_tokens = 16
     try:
-        (s,) = sharp.rollouts([inp], greedy=True)[0].samples
+        lean = policy.generate(prompts, 1, greedy=True).rows()
+        policy.sampling.sampler = "hf"
+        hf = policy.generate(prompts, 1, greedy=True).rows()
     finally:
-        sharp.eos_ids, sharp.sampling.sampler = original, "lean"
-    assert s.completion_ids == free.completion_ids[: free.completion_ids.index(stop) + 1]
-    assert s.finish_reason == "stop" and len(s.logprobs) == len(s.completion_ids)
-
-
-def test_lean_greedy_equals_hf_generate(sharp: LMPolicy) -> None:
-    prompts = [sharp.prompt_ids(i) for i in inputs()]
-    lean = sharp.generate(prompts, 1, greedy=True)
-    sharp.sampling.sampler = "hf"
-    try:
-        hf = sharp.generate(prompts, 1, greedy=True)
-    finally:
-        sharp.sampling.sampler = "lean"
-    assert len({tuple(r) for r in lean.ids.tolist()}) == len(prompts)  # greedy output depends on the prompt
-    assert torch.equal(lean.ids, hf.ids) and torch.equal(lean.lengths, hf.lengths)
-
-
-def full_forward_logprobs(policy: LMPolicy, body: TokenRollout, temperature: float, top_p: float) -> list[list[float]]:
-    """Reference: one forward over prompt + completion, tempered, nucleus renormalised."""
-    out = []
-    for s in body.samples:
-        seq = torch.tensor([[*body.prompt_ids, *s.completion_ids]])
-        with torch.no_grad():
-            logits = policy.model(input_ids=seq).logits[0, len(body.prompt_ids) - 1 : -1].float() / temperature
-        probs = torch.softmax(logits, -1)
-        row = []
-        for t, tok in enumerate(s.completion_ids):
-            ranked = sorted(probs[t].tolist(), reverse=True)
-            mass, kept = 0.0, 0.0
-            for p in ranked:  # the smallest prefix whose mass reaches top_p
-                kept += p
-                mass = kept
-                if kept >= top_p:
-                    break
-            row.append(float(torch.log(probs[t, tok])) - float(torch.log(torch.tensor(mass))))
-        out.append(row)
-    return out
-
-
-@pytest.mark.parametrize("sampler", ["lean", "hf"])
-@pytest.mark.parametrize("temperature, top_p", [(0.7, 1.0), (1.3, 0.8)])
-def test_behaviour_logprobs_equal_a_full_forward(sharp: LMPolicy, sampler: str, temperature: float, top_p: float) -> None:
-    saved = sharp.sampling
-    sharp.sampling = type(saved)(3, 6, temperature, top_p, sampler)  # type: ignore[arg-type]
-    try:
-        bodies = sharp.rollouts(inputs())
-    finally:
-        sharp.sampling = saved
-    for body in bodies:
-        want = full_forward_logprobs(sharp, body, temperature, top_p)  # type: ignore[arg-type]
-        for s, ref in zip(body.samples, want):  # type: ignore[attr-defined]
-            assert list(s.logprobs) == pytest.approx(ref, abs=2e-3)
+        policy.sampling.sampler, policy.sampling.max_new_tokens = "lean", 6
+    assert len({tuple(ids) for ids, _, _ in lean}) == len(prompts)  # greedy output depends on the prompt
+    assert [len(ids) for ids, _, _ in lean] == [12, 15, 8] and all(stopped for _, _, stopped in lean)  # EOS at different steps
+    assert lean == hf
 
 
 def test_draw_follows_the_probabilities_and_never_picks_a_zero() -> None:
@@ -156,14 +91,25 @@ def test_sampling_is_reproducible_per_peer_seed() -> None:
 
 
 @pytest.mark.parametrize("sampler", ["lean", "hf"])
-def test_interrupt_stops_a_long_generation_within_a_second(sampler: str) -> None:
+def test_interrupt_stops_a_long_generation_within_one_step(sampler: str) -> None:
+    """Counted in decoding steps, not seconds: a loaded machine must not make this flaky."""
     p = make(max_new_tokens=4000, num_generations=4, sampler=sampler)
-    p.eos_ids = [p.vocab_size]  # never sampled: without the interrupt this runs for many seconds
-    threading.Timer(0.5, p.interrupt).start()
-    start = time.perf_counter()
-    with pytest.raises(RunInterrupted):
-        p.act(inputs(), 0)
-    assert time.perf_counter() - start < 1.5
+    p.eos_ids = [p.vocab_size]  # never sampled: without the interrupt this runs for 4000 steps
+    steps: list[int] = []
+    at_interrupt: list[int] = []
+    hook = p.model.register_forward_pre_hook(lambda *a: steps.append(1))
+
+    def interrupt() -> None:
+        at_interrupt.append(len(steps))
+        p.interrupt()
+
+    threading.Timer(0.5, interrupt).start()
+    try:
+        with pytest.raises(RunInterrupted):
+            p.act(inputs(), 0)
+    finally:
+        hook.remove()
+    assert at_interrupt and len(steps) - at_interrupt[0] <= 2  # the step under way, at most one more
     p.sampling.max_new_tokens = 2
     assert len(p.rollouts(inputs("Hi"))) == 1  # the request was consumed: the policy acts again
 
@@ -186,10 +132,16 @@ def test_check_refuses_foreign_or_forged_bodies(policy: LMPolicy) -> None:
     s = body.samples[0]
     oov = TokenSample((*s.completion_ids[:-1], policy.vocab_size), s.logprobs, s.finish_reason)
     assert "outside this peer's vocabulary of 512" in str(policy.check(forge(body, samples=(oov,)), inp))
+    assert policy.check(forge(body, samples=(s, oov)), inp) == f"token id {policy.vocab_size} is outside this peer's vocabulary of 512"
     long = TokenSample((1,) * 7, (-1.0,) * 7, "length")
-    assert "more than this peer's max_new_tokens 6" in str(policy.check(forge(body, samples=(long,)), inp))
-    many = body.samples * (policy.sampling.num_generations + 1)
-    assert "more than this peer's num_generations" in str(policy.check(forge(body, samples=many), inp))
+    assert policy.check(forge(body, samples=(s, long)), inp) == "sample 1 has 7 tokens, more than this peer's max_new_tokens 6"
+    assert policy.check(forge(body, samples=(TokenSample((1,) * 6, (-1.0,) * 6, "length"),)), inp) is None  # at the limit
+    assert policy.check(forge(body, samples=(s, TokenSample((), (), "length"))), inp) == "sample 1 is an empty completion"
+    many = body.samples * 2
+    assert policy.check(forge(body, samples=many), inp) == "6 samples, more than this peer's num_generations 3"
+    assert policy.check(forge(body, samples=body.samples[:1]), inp) is None  # fewer samples are fine
+    assert policy.check(Echo(inp.task_id, inp.digest, ("x",)), inp) == "a Echo body, this policy takes TokenRollout"
+    assert policy.texts(Echo(inp.task_id, inp.digest, ("x",))) == ()
 
 
 def test_texts_decode_without_special_tokens(policy: LMPolicy) -> None:
@@ -205,10 +157,94 @@ def test_fingerprint_is_stable_and_tells_tokenizers_apart(policy: LMPolicy) -> N
     from genrl_swarm.lm.policy import tokenizer_fingerprint
 
     policy.tokenizer(["a", "bb b"], padding=True)  # calls that touch the backend's padding state
+    policy.tokenizer(["a b c d"], truncation=True, max_length=2)  # and its truncation state
     assert tokenizer_fingerprint(policy.tokenizer) == policy.fingerprint == make(seed=7).fingerprint
     _, tok = load_model("tiny-random")
     tok.chat_template = tok.chat_template.replace("assistant", "bot")
     assert tokenizer_fingerprint(tok) != policy.fingerprint
+    _, tok = load_model("tiny-random")
+    tok.eos_token = "<pad>"  # same vocabulary, another EOS id
+    assert tokenizer_fingerprint(tok) != policy.fingerprint
+
+
+class VocabOnly:
+    """A tokenizer without a fast backend (the slow ones): only its vocabulary is fingerprinted."""
+
+    def __init__(self, vocab: dict[str, int], eos: int = 1) -> None:
+        self.vocab, self.eos_token_id, self.chat_template = vocab, eos, None
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+
+def test_fingerprint_of_a_tokenizer_without_backend_is_its_vocabulary() -> None:
+    from genrl_swarm.lm.policy import tokenizer_fingerprint
+
+    a = tokenizer_fingerprint(VocabOnly({"a": 0, "b": 1}))
+    assert a == tokenizer_fingerprint(VocabOnly({"b": 1, "a": 0})) and len(a) == 16
+    assert a != tokenizer_fingerprint(VocabOnly({"a": 1, "b": 0})) and a != tokenizer_fingerprint(VocabOnly({"a": 0, "b": 1}, eos=0))
+
+
+def test_chat_without_a_template_and_without_a_system_prompt(policy: LMPolicy) -> None:
+    template, system = policy.tokenizer.chat_template, policy.system_prompt
+    try:
+        assert policy.chat("q") == f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
+        policy.system_prompt = ""
+        assert policy.chat("q") == "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
+        policy.tokenizer.chat_template = None
+        assert policy.chat("q") == "q"
+        policy.system_prompt = "Be brief."
+        assert policy.chat("q") == "Be brief.\n\nq\n"
+    finally:
+        policy.tokenizer.chat_template, policy.system_prompt = template, system
+
+
+def test_prompt_ids_cache_is_bounded(policy: LMPolicy) -> None:
+    (inp,) = inputs("Calculate 3 + 3.")
+    policy._prompt_cache = {str(i): [i] for i in range(4097)}
+    ids = policy.prompt_ids(inp)
+    assert list(policy._prompt_cache) == [inp.digest] and ids == policy.tokenizer(policy.chat(inp.prompt), add_special_tokens=False)["input_ids"]
+    ids.append(-1)  # a copy: callers cannot change the cache
+    assert policy.prompt_ids(inp)[-1] != -1
+    policy._prompt_cache = {str(i): [i] for i in range(4096)}
+    policy.prompt_ids(inp)
+    assert len(policy._prompt_cache) == 4097
+
+
+def test_eos_ids_include_the_generation_config_ones(tmp_path: Path) -> None:
+    import shutil
+
+    from genrl_swarm.lm.models import ensure_tiny_model
+
+    shutil.copytree(ensure_tiny_model(), tmp_path, dirs_exist_ok=True)
+    config = json.loads((tmp_path / "generation_config.json").read_text())
+    assert LMPolicy(str(tmp_path)).eos_ids == [2]
+    for extra, want in (([2, 7, 5], [2, 5, 7]), (9, [2, 9]), (None, [2])):
+        (tmp_path / "generation_config.json").write_text(json.dumps(config | {"eos_token_id": extra}))
+        assert LMPolicy(str(tmp_path)).eos_ids == want, extra
+
+
+def test_sampled_rows_clamp_rounding_above_zero() -> None:
+    from genrl_swarm.lm.sampling import Sampled
+
+    rows = Sampled(torch.tensor([[5, 6, 7], [8, 9, 0]]), torch.tensor([[1e-7, -0.5, 0.3], [-1.0, -2.0, 0.0]]),
+                   torch.tensor([2, 3]), torch.tensor([True, False])).rows()  # fmt: skip
+    assert rows == [([5, 6], [0.0, -0.5], True), ([8, 9, 0], [-1.0, -2.0, 0.0], False)]
+
+
+def test_acting_after_training_uses_the_eval_mode_module() -> None:
+    """The learner leaves the shared module in train mode; sampling must not run dropout."""
+    p = LMPolicy("tiny-random", {"num_generations": 2, "max_new_tokens": 4}, lora={"r": 4, "dropout": 0.5}, seed=2)
+    with torch.no_grad():
+        for name, w in p.model.named_parameters():
+            if "lora_B" in name:
+                w.add_(0.5)  # trained adapters (B starts at zero, when dropout has no effect)
+    (inp,) = inputs("Calculate 2 + 2.")
+    state = p.generator.get_state()
+    first = p.rollouts([inp])
+    p.model.train()
+    p.generator.set_state(state)
+    assert p.rollouts([inp]) == first
 
 
 # --------------------------------------------------------------------------- learning
@@ -286,6 +322,14 @@ def test_zero_advantage_group_is_skipped(policy: LMPolicy) -> None:
     assert learner.version == policy.version  # no update, no new version
 
 
+def test_integer_rewards_are_advantages_too(policy: LMPolicy) -> None:
+    """A reward function may return ints (1 and 0): advantages are still floats."""
+    learner = GRPOLearner(policy)
+    (inp,) = inputs("q")
+    chosen = [scored(policy, "me", handmade(policy, inp), (1, 0))]  # type: ignore[arg-type]
+    assert [s.advantage for s in learner.samples(chosen)] == pytest.approx([1.0, -1.0], abs=1e-3)
+
+
 def test_sapo_selects_local_and_external(policy: LMPolicy) -> None:
     learner = GRPOLearner(policy, {"num_local": 1, "num_external": 2})
     (inp,) = inputs("q")
@@ -305,41 +349,111 @@ def test_load_weights_shares_in_process_and_copies_otherwise(policy: LMPolicy) -
     fresh = make(seed=6)
     fresh.load_weights(Weights(4, other.model.state_dict()))
     assert fresh.version == 4 and all(torch.equal(a, b) for a, b in zip(fresh.model.parameters(), other.model.parameters()))
+    module = make(seed=6)
+    module.load_weights(Weights(5, other.model))  # another process's module: copied
+    assert module.model is not other.model and all(torch.equal(a, b) for a, b in zip(module.model.parameters(), other.model.parameters()))
     policy.load_weights(Weights(0, policy.model))
 
 
 def test_checkpoint_restores_weights_version_rng_and_optimizer(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
+    from dataclasses import asdict
+
     policy, (inp,) = make(seed=8), inputs("q")
-    learner = GRPOLearner(policy, {"learning_rate": 1e-2})
+    learner = GRPOLearner(policy, {"learning_rate": 1e-2, "warmup_steps": 3}, seed=4)
     learner.train(GameState(0, "me"), RoundRewards(0, (scored(policy, "me", handmade(policy, inp), (1.0, 0.0)),)))
     policy.load_weights(learner.weights())
-    policy.save(tmp_path)
-    learner.save(tmp_path)
+    learner.rng.random()  # the SAPO sampling stream has moved
+    policy.save(tmp_path / "policy" / "0")  # nested directories are created
+    learner.save(tmp_path / "learner" / "0")
+    assert torch.load(tmp_path / "learner" / "0" / "learner.pt", weights_only=False)["config"] == asdict(learner.cfg)  # for humans
+    torch_rng = torch.get_rng_state()
+    torch.manual_seed(123)
     next_bodies = policy.rollouts([inp])
-    reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "model"))
+    reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "policy" / "0" / "model"))
     assert all(torch.equal(a, b) for a, b in zip(policy.model.state_dict().values(), reloaded.state_dict().values()))
     again = make(seed=9)
     again_learner = GRPOLearner(again, {"learning_rate": 1e-2})
-    again.load(tmp_path)
-    again_learner.load(tmp_path)
+    again.load(tmp_path / "policy" / "0")
+    again_learner.load(tmp_path / "learner" / "0")
     assert again.version == again_learner.version == 1 and again_learner.steps == 1
+    assert again_learner.rng.getstate() == learner.rng.getstate() and torch.equal(torch.get_rng_state(), torch_rng)
+    assert again_learner.scheduler.get_last_lr() == learner.scheduler.get_last_lr() == [1e-2 * 2 / 4]  # warmup step 2 of 4
     assert again.rollouts([inp]) == next_bodies  # same weights, same sampling stream
     state = again_learner.optimizer.state_dict()["state"]
     assert state and all(torch.equal(v["exp_avg"], learner.optimizer.state_dict()["state"][k]["exp_avg"]) for k, v in state.items())
 
 
-def test_lora_trains_only_adapters() -> None:
-    p = LMPolicy("tiny-random", lora={"r": 4, "target_modules": ["q_proj", "v_proj"]}, seed=0)
+def test_lora_trains_only_adapters_and_checkpoints_them(tmp_path: Path) -> None:
+    p = LMPolicy("tiny-random", lora={"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["q_proj", "v_proj"]}, seed=0)
     GRPOLearner(p)
-    trainable = [n for n, w in p.model.named_parameters() if w.requires_grad]
+    trainable = {n: w for n, w in p.model.named_parameters() if w.requires_grad}
     assert trainable and all("lora" in n for n in trainable)
+    config = p.model.peft_config["default"]
+    assert (config.r, config.lora_alpha, config.lora_dropout, set(config.target_modules)) == (4, 8, 0.1, {"q_proj", "v_proj"})
+    with torch.no_grad():
+        for w in trainable.values():
+            w.add_(0.5)
+    p.save(tmp_path)
+    again = LMPolicy("tiny-random", lora={"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["q_proj", "v_proj"]}, seed=1)
+    again.load(tmp_path)
+    restored = dict(again.model.named_parameters())
+    assert all(torch.equal(w, restored[n]) for n, w in trainable.items())
+    assert not hasattr(LMPolicy("tiny-random", lora={"r": 0}).model, "peft_config")  # r = 0 trains the full model
 
 
-def test_missing_model_error_says_what_was_tried() -> None:
-    with pytest.raises(ModelLoadError, match=r"(?s)tried hub id 'no-such-org/no-such-model'.*Fix: pass a local directory"):
+def test_missing_model_error_says_what_was_tried(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match=r"(?s)cannot load model 'no-such-org/no-such-model': tried hub id 'no-such-org/no-such-model' \(not a local directory\).*Fix: pass a local directory"):
         load_model("no-such-org/no-such-model")
+    with pytest.raises(ModelLoadError, match=rf"cannot load model '{tmp_path}': tried local directory {tmp_path}: "):
+        load_model(str(tmp_path))
+
+
+def test_devices_and_dtypes() -> None:
+    from genrl_swarm.lm.models import pick_device, pick_dtype
+
+    cpu = torch.device("cpu")
+    assert pick_device("cpu") == cpu and pick_device("auto") == cpu  # no CUDA on this machine
+    assert pick_dtype("auto", cpu) is torch.float32
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)):
+        assert pick_dtype(name, cpu) is dtype
+    with pytest.raises(ModelLoadError, match=r"^dtype 'fp8': use auto, float32, bfloat16 or float16$"):
+        pick_dtype("fp8", cpu)
+
+
+def test_model_paths_and_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genrl_swarm.lm.models import SMOLLM2, _publish, cache_dir, ensure_tiny_model, resolve_model_path
+    from genrl_swarm.lm.tiny import VERSION
+
+    assert ensure_tiny_model().name == f"tiny-random-v{VERSION}-0"  # an older build's cache is never reused
+    assert resolve_model_path("tiny-random") == ensure_tiny_model()
+    assert resolve_model_path(str(tmp_path)) == tmp_path and resolve_model_path("org/model") == "org/model"
+    monkeypatch.setenv("GENRL_SWARM_CACHE", str(tmp_path / "cache"))
+    assert cache_dir() == tmp_path / "cache"
+    smol = tmp_path / "cache" / "models" / "SmolLM2-135M-Instruct"
+    smol.mkdir(parents=True)
+    (smol / "config.json").write_text("{}")  # a converted SmolLM2 in the cache: used as is
+    assert resolve_model_path("smollm2") == resolve_model_path(SMOLLM2) == smol
+    monkeypatch.delenv("GENRL_SWARM_CACHE")
+    assert cache_dir() == Path.home() / ".cache" / "genrl_swarm"
+    first, second, final = tmp_path / "a", tmp_path / "b", tmp_path / "published" / "model"
+    for d, text in ((first, "first"), (second, "second")):
+        d.mkdir()
+        (d / "config.json").write_text(text)
+    assert _publish(first, final) == final and not first.exists()
+    assert _publish(second, final) == final and not second.exists()  # a concurrent writer won: its copy stays
+    assert (final / "config.json").read_text() == "first"
+
+
+def test_loading_pads_on_the_left_with_eos_when_there_is_no_pad(tmp_path: Path) -> None:
+    model, tok = load_model("tiny-random", dtype="bfloat16")
+    assert next(model.parameters()).dtype is torch.bfloat16 and tok.padding_side == "left" and tok.pad_token == "<pad>"
+    tok.pad_token = None
+    tok.save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)
+    _, again = load_model(str(tmp_path))
+    assert again.pad_token == again.eos_token == "<|im_end|>"
 
 
 # --------------------------------------------------------------------------- rewards and data
@@ -347,24 +461,87 @@ def test_missing_model_error_says_what_was_tried() -> None:
     "text, answer",
     [
         ("think... <answer> 42 </answer>", "42"),
+        ("<answer>3</answer>", "3"),  # a block at the very start
+        ("<ANSWER>5</Answer>", "5"),  # tags in any case
         ("<answer>1</answer> no wait <answer>2</answer>", "2"),
+        ("<answer>1</answer> then <answer>2", "1"),  # a closed block wins over a later unclosed one
         ("so it is <answer>17", "17"),
+        ("<answer>9", "9"),
+        ("</answer> 7 <answer>8", "8"),  # a close before any open is no block
+        ("x </answer>\nAnswer: 6", "6"),
+        ("<answer> **42.** </answer>", "42"),  # markdown bold and a full stop
         ("The result is \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+        ("\\boxed{1} or rather \\boxed{2}", "2"),
         ("Let me see.\nThe final answer is 12.", "12"),
         ("Answer: Tuesday", "Tuesday"),
+        ("the answer = 5", "5"),
+        ("answer: 1\nanswer: 2", "2"),  # the last line with the phrase
+        ("answer: 3\nthanks", "3"),  # an earlier line when the last has none
         ("blah\n\n  7  \n", "7"),
         ("", None),
+        ("  \n ", None),
     ],
 )
 def test_extract_answer(text: str, answer: str | None) -> None:
     assert extract_answer(text) == answer
 
 
-def test_answer_matching_and_format() -> None:
-    assert answers_match("0.5", "1/2") and answers_match("1,000", "1000") and answers_match(" Tuesday", "tuesday")
-    assert not answers_match("3", "4") and not answers_match(None, "4")
-    assert well_formatted("x <answer>4</answer>") and not well_formatted("<answer></answer>")
-    assert not well_formatted("<answer>1</answer><answer>2</answer>")
+@pytest.mark.parametrize(
+    "gold, text, answer",
+    [
+        ("36", "so 4 x 9 = 36", "36"),  # no answer block: the last number
+        ("36", "<answer>thirty-six</answer> I computed 36", "36"),  # a non-numeric answer: the text's last number
+        ("36", "<answer>about 35</answer> or 36", "35"),  # the answer's own last number first
+        ("-1234.5", "total: 1,234 then -1,234.5", "-1234.5"),  # commas dropped
+        ("3/4", "it is 3/4", "3/4"),
+        ("Tuesday", "the day: Monday 3", "the day: Monday 3"),  # a non-numeric gold: no fallback
+        (None, "so 4 x 9 = 36", "so 4 x 9 = 36"),
+        ("36", "<answer>36</answer>", "36"),
+        ("36", "no digits here", "no digits here"),
+        ("36", "", None),
+    ],
+)
+def test_extract_for_falls_back_to_the_last_number_for_numeric_golds(gold: str | None, text: str, answer: str | None) -> None:
+    assert extract_for(gold, text) == answer
+
+
+@pytest.mark.parametrize(
+    "predicted, gold, same",
+    [
+        ("0.5", "1/2", True), ("1,000", "1000", True), ("$1,000", "1000", True), ("50%", "50", True),
+        ("1e3", "1000", True), (".5", "0.50", True), ("+3", "3", True), ("5.", "5", True), ("- 3", "-3", True),
+        (" Tuesday", "tuesday", True), ("New  York", "new york", True),
+        ("3", "4", False), (None, "4", False), ("1/0", "0", False), ("1e1000", "1", False), ("1/2/3", "1", False),
+    ],
+)  # fmt: skip
+def test_answers_match(predicted: str | None, gold: str, same: bool) -> None:
+    assert answers_match(predicted, gold) is same
+
+
+@pytest.mark.parametrize(
+    "text, number",
+    [("1e3", 1000), ("-2.5", Fraction(-5, 2)), ("1/0", None), ("1e1000", None), ("1" * 65, None), ("1 2", 12), ("1.5/2", None)],
+)
+def test_number_parses_bounded_plain_numbers_only(text: str, number: Fraction | int | None) -> None:
+    """Completions are peer-controlled: a 1e30000000 would hold the GIL for minutes."""
+    from genrl_swarm.lm.answers import _number
+
+    assert _number(text) == number
+
+
+@pytest.mark.parametrize(
+    "text, ok",
+    [("x <answer>4</answer>", True), ("<ANSWER>4</ANSWER>", True), ("<answer></answer>", False), ("<answer> </answer>", False),
+     ("<answer>1</answer><answer>2</answer>", False), ("</answer>4<answer>", False), ("<answer>4", False), ("4</answer>", False)],
+)  # fmt: skip
+def test_well_formatted_means_one_closed_non_empty_block(text: str, ok: bool) -> None:
+    assert well_formatted(text) is ok
+
+
+def test_last_number() -> None:
+    from genrl_swarm.lm.answers import last_number
+
+    assert last_number("x 1,234.5 and -3/4") == "-3/4" and last_number("12, 13") == "13" and last_number("none") is None
 
 
 def test_reasoning_reward_scores_the_receivers_decoded_text(policy: LMPolicy) -> None:

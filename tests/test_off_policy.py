@@ -125,10 +125,7 @@ def test_learner_gradient_equals_none_on_policy() -> None:
 def test_sampled_behaviour_logprobs_match_the_learners_own(temperature: float) -> None:
     """On-policy, the sampler's log-probs are the learner's proximal log-probs: weight 1, no KL
     (fails if either side forgets the temperature)."""
-    p = policy(temperature=temperature)
-    with torch.no_grad():
-        for w in p.model.parameters():
-            w.mul_(6.0)  # a peaked model, so temperature matters
+    p = policy(temperature=temperature)  # the tiny model is peaked: temperature matters
     learner = GRPOLearner(p, {"learning_rate": 0.0})
     inputs = [Task.create(f"Calculate {i} * 7.").input(0) for i in range(3)]
     bodies = p.act(inputs, 0)

@@ -33,7 +33,7 @@ from genrl_swarm.core.interfaces import (
 )
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.trust import SenderBook, TrustConfig
-from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards, StageInput
+from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class GameManager:
         return results
 
     def play_round(self, r: int) -> RoundResult:
-        state, metrics = GameState(r, self.peer_id), dict[str, float]()
+        state, metrics, staged = GameState(r, self.peer_id), dict[str, float](), list[ScoredRollout]()
         state.set_tasks(self.data.round_tasks(r))
         per_stage, budget = self.config.train_every == "stage", self.book.config.cpu_budget
         for s in range(self.config.num_stages):
@@ -130,8 +130,14 @@ class GameManager:
             metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(refused)}
             _fire(self.hooks.after_stage, self, state, s, exchange)
             if per_stage:
-                metrics |= self._train(state, self.reward.score_state(state, s, budget), f"_s{s}")
-        rewards = self.reward.score_state(state, cpu_budget=budget)
+                stage_rewards = self.reward.score_state(state, s, budget)
+                staged += stage_rewards.scored
+                metrics |= self._train(state, stage_rewards, f"_s{s}")
+        if per_stage:  # each stage was scored once: scoring again would count its drops twice
+            kept = {id(x) for x in state.rollouts}  # minus senders later stage inputs dropped
+            rewards = RoundRewards(r, tuple(x for x in staged if id(x.rollout) in kept))
+        else:
+            rewards = self.reward.score_state(state, cpu_budget=budget)
         _fire(self.hooks.after_rewards, self, state, rewards)
         if not per_stage:
             metrics |= self._train(state, rewards, "")

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-TINY = "tiny-random"  # a 2-layer, hidden-64 Llama with an offline-trained tokenizer: tests and benchmarks
+TINY = "tiny-random"  # a 2-layer, hidden-64 Llama trained for seconds (lm/tiny.py): tests and benchmarks
 #: transformers' lazy imports are not thread-safe: peers that load models from their own threads
 #: at once can see a half-initialised module ("cannot import name AutoModelForCausalLM").
 _LOAD_LOCK = threading.Lock()
@@ -155,10 +155,12 @@ def ensure_smollm2() -> Path:
 
 
 def ensure_tiny_model(seed: int = 0) -> Path:
-    final = cache_dir() / "models" / f"tiny-random-{seed}"
+    """The tiny model in the cache, built once; the key carries the build's version."""
+    from genrl_swarm.lm.tiny import VERSION, build_tiny_model
+
+    final = cache_dir() / "models" / f"tiny-random-v{VERSION}-{seed}"
     if (final / "config.json").is_file():
         return final
-    from genrl_swarm.lm.tiny import build_tiny_model
 
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny.", dir=final.parent))

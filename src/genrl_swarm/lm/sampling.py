@@ -75,7 +75,9 @@ def pick(
         token = draw(probs, generator)
         return token.squeeze(-1), probs.gather(-1, token).squeeze(-1).log()
     sorted_probs, order = probs.sort(-1, descending=True)
-    outside = sorted_probs.cumsum(-1) - sorted_probs > top_p  # keeps the token that crosses p
+    # Out: tokens whose predecessors already reach top_p (the token that crosses p stays; at an
+    # exact tie the prefix already holds p, so the next one is out, as in HF's TopPLogitsWarper).
+    outside = sorted_probs.cumsum(-1) - sorted_probs >= top_p
     sorted_probs = sorted_probs.masked_fill(outside, 0.0)
     rank = draw(sorted_probs, generator)
     kept = sorted_probs.sum(-1, keepdim=True)

@@ -1,0 +1,170 @@
+"""The sampler against plain, obviously-correct computations.
+
+- Every sampled row, for several samples per prompt and with rows finishing (and dropped from the
+  batch) at different steps, against a fresh forward of its own prompt + prefix: the behaviour
+  log-prob of each token, the nucleus it was drawn from, and greedy choices.
+- ``pick`` against the tempered / nucleus distribution it claims, by chi-square at fixed seeds.
+- The tiny test model: deterministic, and not degenerate (prompt-dependent, EOS at different steps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from genrl_swarm.core import Task, TokenRollout
+from genrl_swarm.lm.policy import LMPolicy
+from genrl_swarm.lm.sampling import pick
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+#: Greedy replies of the tiny model end on EOS after 12, 15 and 8 tokens.
+QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q")
+#: 0.999 quantiles of chi-square by degrees of freedom: a correct sampler fails 1 time in 1000
+#: per test; fixed seeds make each run deterministic.
+CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32}
+
+
+@pytest.fixture(scope="module")
+def policy() -> LMPolicy:
+    return LMPolicy("tiny-random", {"num_generations": 4, "max_new_tokens": 16}, seed=11)
+
+
+@contextmanager
+def sampling(policy: LMPolicy, **changes: Any) -> Iterator[None]:
+    saved = policy.sampling
+    policy.sampling = replace(saved, **changes)
+    try:
+        yield
+    finally:
+        policy.sampling = saved
+
+
+def nucleus(probs: Sequence[float], top_p: float) -> dict[int, float]:
+    """Token -> probability renormalised over the smallest most-likely prefix whose mass reaches top_p."""
+    kept: list[int] = []
+    mass = 0.0
+    for token in sorted(range(len(probs)), key=lambda i: -probs[i]):
+        if mass >= top_p:
+            break
+        kept.append(token)
+        mass += probs[token]
+    return {t: probs[t] / mass for t in kept}
+
+
+def fresh_distributions(policy: LMPolicy, prompt: Sequence[int], completion: Sequence[int], temperature: float) -> list[list[float]]:
+    """Tempered next-token probabilities before each completion token, from one forward of
+    prompt + completion, unpadded, no cache."""
+    seq = torch.tensor([[*prompt, *completion]])
+    with torch.no_grad():
+        logits = policy.model(input_ids=seq).logits[0, len(prompt) - 1 : -1].double()
+    return torch.softmax(logits / temperature, -1).tolist()
+
+
+def rollouts(policy: LMPolicy, sampler: str, temperature: float, top_p: float) -> list[TokenRollout]:
+    with sampling(policy, sampler=sampler, temperature=temperature, top_p=top_p):
+        return policy.rollouts([Task.create(q).input(0) for q in QUESTIONS])
+
+
+# --------------------------------------------------------------------------- sampled rows
+@pytest.mark.parametrize("sampler, temperature, top_p", [("lean", 1.0, 1.0), ("lean", 1.5, 0.9), ("hf", 0.7, 0.9)])
+def test_each_sampled_row_matches_a_fresh_forward_of_its_own_prompt(policy: LMPolicy, sampler: str, temperature: float, top_p: float) -> None:
+    bodies = rollouts(policy, sampler, temperature, top_p)
+    lengths = [len(s.completion_ids) for b in bodies for s in b.samples]
+    assert len(set(lengths)) > 2  # rows end (and leave the batch) at different steps
+    assert all(len({s.completion_ids for s in b.samples}) > 1 for b in bodies)  # several distinct samples per prompt
+    for body, question in zip(bodies, QUESTIONS, strict=True):
+        assert list(body.prompt_ids) == policy.prompt_ids(Task.create(question).input(0))  # under its own prompt
+        for s in body.samples:
+            dists = fresh_distributions(policy, body.prompt_ids, s.completion_ids, temperature)
+            for token, logp, probs in zip(s.completion_ids, s.logprobs, dists, strict=True):
+                kept = nucleus(probs, top_p)
+                assert token in kept  # drawn from the nucleus
+                assert logp == pytest.approx(math.log(kept[token]), abs=2e-3)
+
+
+@pytest.mark.parametrize("sampler, max_new_tokens", [("lean", 16), ("hf", 16), ("lean", 10)])
+def test_greedy_rows_equal_stepwise_argmax_and_end_on_eos_at_different_steps(policy: LMPolicy, sampler: str, max_new_tokens: int) -> None:
+    prompts = [policy.prompt_ids(Task.create(q).input(0)) for q in QUESTIONS]
+    with sampling(policy, sampler=sampler, max_new_tokens=max_new_tokens):
+        rows = policy.generate(prompts, 1, greedy=True).rows()
+    for prompt, (ids, lps, stopped) in zip(prompts, rows, strict=True):
+        want: list[int] = []
+        while len(want) < max_new_tokens and not set(want) & set(policy.eos_ids):
+            with torch.no_grad():
+                want.append(int(policy.model(input_ids=torch.tensor([[*prompt, *want]])).logits[0, -1].argmax()))
+        assert ids == want and lps == [0.0] * len(want)
+        assert stopped == (want[-1] in policy.eos_ids)
+    assert any(stopped for _, _, stopped in rows) and len({len(ids) for ids, _, _ in rows}) > 1  # a row ends before others
+    assert len({tuple(ids) for ids, _, _ in rows}) == len(rows)  # the continuation depends on the prompt
+
+
+# --------------------------------------------------------------------------- pick vs its distribution
+LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0])
+DRAWS = 20_000
+
+
+def chi_square(counts: torch.Tensor, expected: dict[int, float]) -> float:
+    return sum((float(counts[t]) - DRAWS * p) ** 2 / (DRAWS * p) for t, p in expected.items())
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.5, 1.0), (2.0, 1.0), (1.0, 0.7), (0.6, 0.9), (1.5, 0.5)])
+def test_pick_draws_from_the_tempered_nucleus(temperature: float, top_p: float) -> None:
+    """Chi-square at p = 0.001 against the tempered nucleus; the same counts must reject the
+    untempered full softmax (the test has power against the bugs it guards)."""
+    expected = nucleus(torch.softmax(LOGITS.double() / temperature, -1).tolist(), top_p)
+    tokens, logps = pick(LOGITS.repeat(DRAWS, 1), temperature, top_p, False, torch.Generator().manual_seed(0))
+    counts = torch.bincount(tokens, minlength=len(LOGITS))
+    assert int(counts.sum()) == DRAWS and set(tokens.unique().tolist()) <= set(expected)  # nothing outside the nucleus
+    assert chi_square(counts, expected) < CHI2_999[len(expected) - 1]
+    wrong = nucleus(torch.softmax(LOGITS.double(), -1).tolist(), 1.0)
+    if temperature != 1.0 or top_p < 1.0:
+        assert chi_square(counts, wrong) > 10 * CHI2_999[len(wrong) - 1]
+    want = torch.tensor([math.log(expected[t]) for t in tokens.tolist()])
+    assert torch.allclose(logps.double(), want.double(), atol=1e-5)
+
+
+def test_top_p_keeps_the_token_that_crosses_p_and_no_more() -> None:
+    """Exact binary probabilities: .5 + .25 reaches top_p .75 exactly, so the nucleus is two tokens
+    (as in HF's TopPLogitsWarper); .76 needs the third."""
+    logits = torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125])).repeat(4000, 1)
+    for top_p, support in ((0.75, {0, 1}), (0.76, {0, 1, 2}), (0.5, {0})):
+        tokens, logps = pick(logits, 1.0, top_p, False, torch.Generator().manual_seed(1))
+        assert set(tokens.tolist()) == support, top_p
+        mass = sum((0.5, 0.25, 0.125)[: len(support)])
+        assert torch.allclose(logps, torch.log(torch.tensor([0.5, 0.25, 0.125])[tokens] / mass))
+
+
+def test_top_p_one_draws_over_the_vocabulary_order() -> None:
+    """No nucleus, no sort: the same stream as inverse-CDF over the tempered softmax."""
+    from genrl_swarm.lm.sampling import draw
+
+    logits = LOGITS.repeat(500, 1)
+    tokens, _ = pick(logits, 0.8, 1.0, False, torch.Generator().manual_seed(3))
+    assert torch.equal(tokens, draw(torch.softmax(logits / 0.8, -1), torch.Generator().manual_seed(3)).squeeze(-1))
+
+
+def test_greedy_pick_is_the_argmax_with_log_prob_zero() -> None:
+    logits = torch.stack([LOGITS, LOGITS.flip(0), LOGITS.roll(3)])
+    tokens, logps = pick(logits, 0.3, 0.5, True, None)
+    assert tokens.tolist() == [0, 7, 3] and logps.tolist() == [0.0, 0.0, 0.0]
+
+
+# --------------------------------------------------------------------------- the tiny model
+def test_tiny_model_build_is_deterministic(tmp_path: Path) -> None:
+    """A fresh build equals the cached one byte for byte (the cache may come from any process)."""
+    from genrl_swarm.lm.models import ensure_tiny_model
+    from genrl_swarm.lm.tiny import build_tiny_model
+
+    cached = ensure_tiny_model()
+    rng, threads = torch.get_rng_state(), torch.get_num_threads()
+    build_tiny_model(tmp_path)
+    assert torch.equal(torch.get_rng_state(), rng) and torch.get_num_threads() == threads  # the caller's state is left alone
+    for name in ("model.safetensors", "tokenizer.json", "config.json", "chat_template.jinja"):
+        assert (tmp_path / name).read_bytes() == (cached / name).read_bytes(), name
