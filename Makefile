@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-bandit demo-marl test bench mutation install clean
+.PHONY: demo demo-bandit demo-marl demo-agent test bench mutation install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,14 @@ MARL_DEMO_ARGS ?= game.max_rounds=40 policy.system.num_envs=64 learner.eval_ever
 demo-marl: $(STAMP)
 	$(BIN)/genrl-swarm run --recipe marl $(MARL_DEMO_ARGS)
 	$(BIN)/python -m genrl_swarm.marl.report runs/demo-marl
+
+# Agents on tools: 2 peers, SmolLM2-135M-Instruct plays calculator and SQL episodes in the in-process
+# environment service and trains with multi-turn GRPO; then the per-task reward table and
+# runs/demo-agent/agent_reward_curve.png. Several minutes on a CPU.
+AGENT_DEMO_ARGS ?= policy.model=HuggingFaceTB/SmolLM2-135M-Instruct game.max_rounds=4 run.dir=runs/demo-agent run.tensorboard=false
+demo-agent: $(STAMP)
+	$(BIN)/genrl-swarm run --recipe agent $(AGENT_DEMO_ARGS)
+	$(BIN)/python -m genrl_swarm.games.agent.report runs/demo-agent
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -54,7 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     deploy.add_argument("--num-stages", type=int, default=1)
     _add_dashboard(sub)
     _add_envd(sub)
+    _add_simulate(sub)
     return p
+
+
+def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from genrl_swarm.sim.cli import add_arguments  # numpy only; the simulator loads on use
+
+    add_arguments(sub.add_parser("simulate", help="simulate a swarm of up to 10,000 peers over a model of the internet"))
 
 
 def _add_envd(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -121,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from genrl_swarm.envd.cli import run as envd
 
         return envd(args)
+    if args.command == "simulate":
+        from genrl_swarm.sim.cli import run as simulate
+
+        return simulate(args)
     if args.command == "dashboard":
         from genrl_swarm.dashboard.serve import run as dashboard  # starlette and uvicorn load only here
 

@@ -11,6 +11,10 @@
   raises SwarmFailure within its timeout, and ``close()`` frees the identity lock.
 * **Catch-up** (``swarm_round``) follows only a round a quorum of live members' signed records
   attests, and never more than ``max_jump`` rounds past this peer's own.
+* **Whom to pull from** is the protocol core's exchange strategy (``communication.strategy``):
+  ``all`` (every live member), ``pull_k`` (k drawn at random) or ``pull_spare`` (k + spares,
+  revealing once k + extra committed). The draw is seeded by (swarm, peer, round, stage), so the
+  simulator (``genrl-swarm simulate``) picks exactly the peers this transport picks.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from genrl_swarm.comm.hivemind_membership import Membership
 from genrl_swarm.comm.hivemind_peers import AddressBook
 from genrl_swarm.comm.hivemind_process import kill_all, p2pd_of, running
 from genrl_swarm.comm.hivemind_streams import Puller, SlotStore, serve, serve_unary
+from genrl_swarm.core.trust import LATE_WINDOW
+from genrl_swarm.protocol import Plan, Strategy, make_strategy
 
 log = logging.getLogger(__name__)
 #: A signed commitment is far below this; base.py refuses anything larger anyway.
@@ -57,11 +63,16 @@ class HivemindBackend(ByteBackend):
         call_timeout: float = 5.0,
         nat_traversal: bool = False,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        strategy: str = "all",
+        k: int = 8,
+        spares: int = 4,
+        extra: int = 2,
     ) -> None:
         if not 0 < liveness_timeout <= MAX_LIFETIME or max_jump < 0 or not 0 <= catch_up_quorum < 1 or max_concurrency < 1:
             raise ValueError(
                 f"hivemind: need 0 < liveness_timeout <= {MAX_LIFETIME:.0f}, max_jump >= 0, 0 <= catch_up_quorum < 1, max_concurrency >= 1"
             )
+        self.strategy = _strategy(strategy, k, spares, extra)
         try:
             import hivemind  # noqa: F401
         except ImportError as e:
@@ -92,6 +103,8 @@ class HivemindBackend(ByteBackend):
         book_path = Path(peers_path).expanduser() if peers_path else Path(f"{self._key.path}.peers.json") if identity_path else None
         self.book = AddressBook(book_path, self.peer_id)
         self._sightings: dict[str, float] = {}  # peer -> last traffic from it (written on the event loop)
+        self._late: dict[str, int] = {}  # peer -> last round it committed and revealed nothing
+        self.plans: dict[tuple[int, int], Plan] = {}  # (round, stage) -> the plan used (the last few)
         try:
             self._start(configured, list(host_maddrs), startup_timeout, max_concurrency, nat_traversal)
         except BaseException:
@@ -157,22 +170,42 @@ class HivemindBackend(ByteBackend):
             self.round = max(self.round, round)
             self._open_gate()
         deadline = time.monotonic() + timeout
-        targets = set(self.membership.live() if wait_for is None else wait_for) - {self.peer_id} - self.quarantined
+        enough: int | None = None
+        if wait_for is None:  # the commit phase: the strategy picks whom to ask
+            plan = self._plan(round, stage)
+            targets = list(plan.candidates)
+            enough = plan.needed if plan.needed < len(targets) else None  # None: wait for every candidate
+        else:
+            targets = sorted(set(wait_for) - {self.peer_id} - self.quarantined)
         limit = COMMIT_LIMIT if phase == "commit" else self.codec.max_bytes
         left = max(deadline - time.monotonic(), 0.0)
         try:
-            got = self._loop.call(self._pull((round, stage, phase), data, sorted(targets), limit, left), left + 2.0)
+            got = self._loop.call(self._pull((round, stage, phase), data, targets, limit, left, enough), left + 2.0)
         except TimeoutError as e:  # the loop itself did not answer: p2pd or this process is stuck
             self._raise_if_failed()
             raise SwarmFailure(f"peer {self.peer_id}: the p2p event loop did not answer within {left + 2:.0f}s") from e
         self._raise_if_failed()
-        self._log_missing(round, stage, phase, targets - got.keys())
-        return RawExchange({self.peer_id: data, **got}, expected=len(targets) + 1)
+        missing = set(targets) - got.keys()
+        if phase == "reveal":
+            self._late.update(dict.fromkeys(missing, round))
+        self._log_missing(round, stage, phase, missing if enough is None else set())
+        return RawExchange({self.peer_id: data, **got}, expected=(len(targets) if enough is None else enough) + 1)
 
-    async def _pull(self, slot: tuple[int, int, str], data: bytes, targets: list[str], limit: int, timeout: float) -> dict[str, bytes]:
+    def _plan(self, round: int, stage: int) -> Plan:
+        """The protocol core's choice for this (round, stage), from the live members; peers that
+        committed and revealed nothing lately are asked last."""
+        self._late = {p: r for p, r in self._late.items() if r > round - LATE_WINDOW}
+        recent = set(self._late)
+        plan = self.strategy.plan(self.swarm_id, self.peer_id, round, stage, sorted(self.membership.live()), self.quarantined, recent)
+        self.plans[(round, stage)] = plan
+        for old in [key for key in self.plans if key[0] < round - LATE_WINDOW]:
+            del self.plans[old]
+        return plan
+
+    async def _pull(self, slot: tuple[int, int, str], data: bytes, targets: list[str], limit: int, timeout: float, enough: int | None) -> dict[str, bytes]:
         self.store.put(slot, data)
         deadline = asyncio.get_running_loop().time() + timeout
-        return await self.puller.pull(targets, slot, deadline, limit, self._wanted, self._redial, self._stopped)
+        return await self.puller.pull(targets, slot, deadline, limit, self._wanted, self._redial, self._stopped, enough)
 
     def _wanted(self, peer: str) -> bool:
         return peer in self.membership.live()
@@ -280,6 +313,14 @@ class HivemindBackend(ByteBackend):
         if socket_file is not None and socket_file.name.startswith("hivemind-p2pd-"):
             socket_file.unlink(missing_ok=True)  # left behind by a p2pd that was killed
         self._key.release()
+
+
+def _strategy(name: str, k: int, spares: int, extra: int) -> Strategy:
+    """``communication.strategy`` with the parameters it takes (gossip is simulated only)."""
+    params = {"all": {}, "pull_k": {"k": k}, "pull_spare": {"k": k, "spares": spares, "extra": extra}}
+    if name not in params:
+        raise ValueError(f"communication.strategy: {name!r} is not one of {', '.join(params)} (gossip is simulated only: genrl-swarm simulate)")
+    return make_strategy(name, **params[name])
 
 
 def _raise_fd_limit() -> None:

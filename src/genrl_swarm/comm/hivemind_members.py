@@ -25,6 +25,9 @@ from typing import Annotated, Any
 import msgspec
 
 from genrl_swarm.core.identity import SIGNATURE_BYTES, Identity, verify
+from genrl_swarm.protocol.view import attested_round
+
+__all__ = ["MemberRecord", "MemberValidator", "MemberView", "attested_round", "members_key", "merge", "open_member", "seal"]
 
 DOMAIN = b"genrl-swarm/v2/member/"
 MAX_RECORD_BYTES = 2048
@@ -158,16 +161,3 @@ def merge(old: Mapping[str, MemberRecord], found: Mapping[str, MemberRecord]) ->
         if peer not in out or record.issued >= out[peer].issued:
             out[peer] = record
     return out
-
-
-def attested_round(own: int, others: list[int], quorum: float, max_jump: int) -> int:
-    """The round a quorum of the other live members has reached, bounded to ``own + max_jump``.
-
-    More than ``quorum`` (a fraction) of them must announce at least that round, so one record
-    (or a minority of sybils) claiming a far-future round moves nobody; a lone other peer is
-    believed, but never by more than ``max_jump`` rounds per call."""
-    if not others:
-        return own
-    k = min(len(others), math.floor(quorum * len(others)) + 1)
-    attested = sorted(others, reverse=True)[k - 1]
-    return max(own, min(attested, own + max_jump))

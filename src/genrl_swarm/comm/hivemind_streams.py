@@ -221,15 +221,18 @@ class Puller:
         wanted: Callable[[str], bool],
         redial: Callable[[str], Awaitable[None]],
         stop: Callable[[], bool],
+        enough: int | None = None,
     ) -> dict[str, bytes]:
-        """Bytes per peer, in arrival order. ``deadline`` is on the loop's clock."""
+        """Bytes per peer, in arrival order. ``deadline`` is on the loop's clock. ``enough``:
+        stop once that many answered with bytes (the strategy's spares are not waited for)."""
         loop = asyncio.get_running_loop()
         got: dict[str, bytes] = {}
         tasks = [asyncio.create_task(self._one(p, slot, deadline, limit, wanted, redial, stop, got)) for p in peers]
+        want = len(tasks) if enough is None else enough
         try:
             pending = set(tasks)
-            while pending and not stop() and loop.time() < deadline:
-                _, pending = await asyncio.wait(pending, timeout=min(deadline - loop.time(), 0.2))
+            while pending and len(got) < want and not stop() and loop.time() < deadline:
+                _, pending = await asyncio.wait(pending, timeout=min(deadline - loop.time(), 0.2), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in tasks:
                 task.cancel()
