@@ -14,11 +14,13 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from genrl_swarm.agents import Answer, InvalidRequest, SessionNotFound, StepResult, TaskSpec, ToolCall, ToolError
 from genrl_swarm.agents.host import HostConfig, SessionHost
 from genrl_swarm.agents.jobs import SandboxLimits
+from genrl_swarm.agents.types import MAX_TEXT
 
 LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=0.5, wall_seconds=2.0)
 
@@ -159,3 +161,19 @@ def test_one_step_at_a_time_per_session(hosted: Hosted) -> None:
 def test_unknown_task_is_an_invalid_request(hosted: Hosted) -> None:
     with pytest.raises(InvalidRequest, match="offers calculator, probe"):
         hosted.run(hosted.host.reset("00000000000000fe", TaskSpec("sql", 0)))
+
+
+@pytest.mark.parametrize(
+    "action",
+    [ToolError("x" * MAX_TEXT), ToolCall("echo", {"k" * 70_000: 1})],
+    ids=["tool-error-echo", "unknown-argument-name"],
+)
+def test_echoed_model_text_is_cut_to_fit_the_wire(hosted: Hosted, action: Any) -> None:
+    """A message that echoes the model's own text (an error, an argument name) stays within
+    max_result_chars, so it always passes the validated decode on the other side."""
+    session = hosted.new()
+    result = hosted.step(session, action)
+    assert not result.done and "(cut: " in result.message.content
+    assert len(result.message.content) <= hosted.host.config.max_result_chars + 100
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(result), type=StepResult) == result  # what the controller does
+    hosted.host.close(session)

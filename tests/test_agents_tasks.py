@@ -95,6 +95,35 @@ def test_sql_queries_are_read_only_and_bounded(tmp_path: Path, query: str, says:
     assert _query(tmp_path, "SELECT COUNT(*) FROM employees").split("\n")[1].isdigit()  # the data is intact
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT hex(fts3_tokenizer('simple'))",  # leaks a native pointer
+        "SELECT fts3_tokenizer('evil', x'4141414141414141')",  # registers a tokenizer at a chosen address
+        "SELECT load_extension('/tmp/evil.so')",
+        "SELECT sqlite_compileoption_get(0)",
+    ],
+)
+def test_sql_refuses_functions_off_the_allowlist(tmp_path: Path, query: str) -> None:
+    sql.setup(0, tmp_path)
+    with pytest.raises(ToolFailure, match="not authorized"):
+        _query(tmp_path, query)
+
+
+def test_sql_everyday_functions_still_work(tmp_path: Path) -> None:
+    sql.setup(0, tmp_path)
+    query = (
+        "SELECT department, COUNT(*), SUM(salary), AVG(salary), MIN(salary), MAX(salary), ROUND(AVG(salary), 1), total(salary), "
+        "upper(department), lower(substr(department, 1, 3)), length(group_concat(name, ', ')), coalesce(NULL, 1), "
+        "ifnull(NULL, 2), nullif(1, 1), typeof(salary), iif(MAX(salary) > 0, 'y', 'n'), printf('%d', MAX(hired)), "
+        "date('now') IS NOT NULL, instr(department, 'a'), replace(department, 'a', 'A'), trim(' x '), abs(-3), "
+        "CAST(MAX(salary) AS TEXT), department LIKE 'S%', department GLOB 'S*' "
+        "FROM employees GROUP BY department ORDER BY department"
+    )
+    rows = _query(tmp_path, query).split("\n")
+    assert len(rows) >= 2 and rows[1].split(" | ")[1].isdigit()
+
+
 # --------------------------------------------------------------------------- key-value store
 def _solve(prompt: str, state: Any) -> Any:
     """A scripted player: reads the goal, plays it through the tools."""

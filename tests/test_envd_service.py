@@ -21,16 +21,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import pytest
 
 grpc = pytest.importorskip("grpc")
 
-from genrl_swarm.agents import EnvUnavailable, InvalidRequest, Overloaded, SessionLost, SessionNotFound, TaskSpec, ToolCall, parse_action
+from genrl_swarm.agents import EnvError, EnvUnavailable, InvalidRequest, Overloaded, SessionLost, SessionNotFound, TaskSpec, ToolCall, parse_action
+from genrl_swarm.agents.frames import pack
 from genrl_swarm.agents.host import HostConfig
 from genrl_swarm.agents.jobs import SandboxLimits
+from genrl_swarm.agents.types import MAX_TEXT, Message, StepResult, ToolError
 from genrl_swarm.envd import EnvClient, EnvdConfig, Environment, connect
 from genrl_swarm.envd.client import RemoteEnv
+from genrl_swarm.envd.protocol import WorkerReply
 from genrl_swarm.envd.server import EnvServer
+from genrl_swarm.envd.workers import WorkerLink
 
 T = TypeVar("T")
 TASKS = ("calculator", "sql", "kvstore", "probe")
@@ -124,6 +129,57 @@ def test_a_worker_killed_mid_session(served: Served, client: RemoteEnv) -> None:
     assert stats.lost >= len(same)
     assert victim.pid not in {w.pid for w in stats.workers}
     assert play_calculator(client, 7) == 1.0
+
+
+@pytest.mark.parametrize("attack", ["toolerror", "argname"])
+def test_an_echoed_oversized_step_harms_no_other_session(served: Served, client: RemoteEnv, attack: str) -> None:
+    """The worker echoes a model's text back (a ToolError, an unknown argument's name). A step
+    whose echo would be over MAX_TEXT gets a cut message; the worker and its sessions live on."""
+    sessions = [client.reset(TaskSpec("calculator", i)).session for i in range(7)]
+    attacker, worker = sessions[0], served.controller.routes[sessions[0]].worker
+    victims = [s for s in sessions[1:] if served.controller.routes[s].worker is worker]
+    assert victims
+    pid, restarts = worker.pid, client.stats().restarts
+    action = ToolError("x" * MAX_TEXT) if attack == "toolerror" else ToolCall("calculate", {"k" * 70_000: 1})
+    result = client.step(attacker, action)  # not SessionLost
+    assert not result.done and "(cut: " in result.message.content and len(result.message.content) <= MAX_TEXT
+    for s in victims:
+        assert client.step(s, ToolCall("calculate", {"expression": "1+1"})).message.content == "2"
+    assert client.step(attacker, ToolCall("calculate", {"expression": "2+2"})).message.content == "4"
+    assert worker.alive and worker.pid == pid and client.stats().restarts == restarts
+    for s in sessions:
+        client.close(s)
+
+
+def test_an_invalid_reply_fails_only_its_request() -> None:
+    """A well-framed reply that fails validation fails the request it answers, with a clear
+    error, and the link reads on: the worker is not taken for dead."""
+    deaths: list[str] = []
+
+    async def scenario() -> tuple[BaseException | None, WorkerReply, bool]:
+        link = WorkerLink(0, 0, HostConfig(), lambda _link, why: deaths.append(why))
+        link.alive = True
+        loop = asyncio.get_running_loop()
+        bad, good = loop.create_future(), loop.create_future()
+        link.pending.update({1: bad, 2: good})
+        reader = asyncio.StreamReader()
+        oversized = StepResult(Message("user", "x" * (MAX_TEXT + 10)), False)  # built without validation, like the worker
+        reader.feed_data(pack(msgspec.msgpack.encode(WorkerReply(1, step=oversized))))
+        reader.feed_data(pack(msgspec.msgpack.encode(WorkerReply(2, step=StepResult(Message("user", "fine"), False)))))
+        reading = loop.create_task(link._read(reader))
+        error = await asyncio.wait_for(asyncio.gather(bad, return_exceptions=True), 10)
+        reply = await asyncio.wait_for(good, 10)
+        alive = link.alive
+        link.alive = False  # the end of the fake stream below is not a death to report
+        reader.feed_eof()
+        await asyncio.wait_for(reading, 10)
+        return error[0], reply, alive
+
+    error, reply, alive = asyncio.run(scenario())
+    assert isinstance(error, EnvError) and not isinstance(error, SessionLost)
+    assert "invalid reply" in str(error) and "step.message.content" in str(error)
+    assert reply.step is not None and reply.step.message.content == "fine"
+    assert alive and not deaths
 
 
 def test_bad_requests_get_clear_statuses(served: Served, client: RemoteEnv) -> None:

@@ -24,10 +24,23 @@ from genrl_swarm.agents.jobs import CallJob, SandboxDied, SandboxLimits, SetupJo
 from genrl_swarm.agents.parsing import FORMAT_HINT
 from genrl_swarm.agents.sandbox_pool import SandboxPool
 from genrl_swarm.agents.tasks import DEFAULT_TASKS, TASKS, Task
-from genrl_swarm.agents.types import Action, Answer, FinishReason, Limits, Message, Reset, StepResult, TaskSpec, ToolCall, ToolError
+from genrl_swarm.agents.types import MAX_TEXT, Action, Answer, FinishReason, Limits, Message, Reset, StepResult, TaskSpec, ToolCall, ToolError
 
 log = logging.getLogger(__name__)
 SYSTEM_PROMPT = f"You solve tasks with the tools you are given. {FORMAT_HINT} Call one tool per turn and read its result."
+
+
+def cut(text: str, cap: int) -> str:
+    """``text`` within ``cap`` characters (never over MAX_TEXT, the wire's limit), saying so when cut.
+
+    Every message the host returns goes through here: several echo the model's own text (a
+    ToolError, an unknown argument's name), and a reply over MAX_TEXT would fail the
+    controller's validated decode."""
+    if len(text) <= min(cap, MAX_TEXT):
+        return text
+    note = f"\n(cut: {len(text)} characters, {{}} shown)"
+    keep = max(0, min(cap, MAX_TEXT - len(note.format(MAX_TEXT))))
+    return text[:keep] + note.format(keep)
 
 
 class HostConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -40,7 +53,7 @@ class HostConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_turns: int = 16
     max_tokens: int = 4096
     max_bytes: int = 256 << 10  # tool calls and results of one session
-    max_result_chars: int = 4000  # one tool result shown to the model (longer ones are cut)
+    max_result_chars: int = 4000  # one tool result or error shown to the model (longer ones are cut)
     scratch_root: str = ""  # "" -> a fresh temporary directory
 
     def __post_init__(self) -> None:
@@ -106,7 +119,7 @@ class SessionHost:
             max_bytes=self.config.max_bytes,
         )
         self.sessions[session_id] = Session(session_id, task, reply.setup.truth, reply.setup.state, scratch, limits)
-        messages = (Message("system", SYSTEM_PROMPT), Message("user", reply.setup.prompt))
+        messages = (Message("system", SYSTEM_PROMPT), Message("user", cut(reply.setup.prompt, MAX_TEXT)))
         return Reset(session_id, task.name, messages, tuple(t.declaration() for t in task.tools), limits)
 
     async def step(self, session_id: str, action: Action, tokens: int = 0) -> StepResult:
@@ -121,6 +134,9 @@ class SessionHost:
         finally:
             session.busy = False
         self.steps += 1
+        message = result.message
+        if len(message.content) > MAX_TEXT:  # a safety net: each message is cut where it is built
+            result = msgspec.structs.replace(result, message=msgspec.structs.replace(message, content=cut(message.content, MAX_TEXT)))
         if result.done:
             self.close(session_id)
         return result
@@ -140,7 +156,7 @@ class SessionHost:
             reward = s.task.reward(action.text, s.truth, s.state)
             return self._end(s, "answer", Message("user", "Answer received."), reward)
         if isinstance(action, ToolError):
-            message = Message("user", f"Error: {action.message}")
+            message = Message("user", cut(f"Error: {action.message}", self.config.max_result_chars))  # the model's own text
         else:
             message, fatal = await self._call(s, action)
             if fatal:
@@ -154,29 +170,32 @@ class SessionHost:
     async def _call(self, s: Session, call: ToolCall) -> tuple[Message, bool]:
         """The tool's result as a message, and whether the session must end (the tool broke)."""
         call_id = call.id or f"call_{s.turns}"
+        cap = self.config.max_result_chars
+
+        def said(content: str) -> Message:  # every tool message, cut to what the model is shown
+            return Message("tool", cut(content, cap), call.name, call_id)
+
         tool = s.task.tool(call.name)
         if tool is None:
             names = ", ".join(t.name for t in s.task.tools)
-            return Message("tool", f"Error: there is no tool {call.name!r}; the tools are {names}.", call.name, call_id), False
+            return said(f"Error: there is no tool {call.name!r}; the tools are {names}."), False
         problem = tool.problem(call.arguments)
-        if problem:
-            return Message("tool", f"Error: {problem}.", call.name, call_id), False
+        if problem:  # may quote the model's argument names
+            return said(f"Error: {problem}."), False
         s.bytes += len(json.dumps(call.arguments))
         try:
             reply = await self.pool.run(CallJob(s.task.name, call.name, call.arguments, s.state, str(s.scratch) if s.scratch else None))
         except SandboxDied as e:
-            return Message("tool", f"Error: {e}; the episode ends.", call.name, call_id), True
+            return said(f"Error: {e}; the episode ends."), True
         if reply.kind == "crashed" or (reply.kind == "ok" and reply.outcome is None):
-            return Message("tool", f"Error: the tool failed ({reply.message}); the episode ends.", call.name, call_id), True
+            return said(f"Error: the tool failed ({reply.message}); the episode ends."), True
         if reply.kind == "tool_failed":
             content = f"Error: {reply.message}"
         else:
             assert reply.outcome is not None
             s.state, content = reply.outcome.state, reply.outcome.content
         s.bytes += len(content)
-        cap = self.config.max_result_chars
-        content = content if len(content) <= cap else content[:cap] + f"\n(cut: {len(content)} characters, {cap} shown)"
-        return Message("tool", content, call.name, call_id), False
+        return said(content), False
 
     def _end(self, s: Session, reason: FinishReason, message: Message, reward: float = 0.0) -> StepResult:
         return StepResult(message, True, reward, reason, s.turns)

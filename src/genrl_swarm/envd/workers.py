@@ -2,7 +2,8 @@
 
 Requests are multiplexed over one socketpair with ids; each waits for its reply under a deadline.
 When the worker dies (killed, crashed, or hung past a deadline and then killed), every request in
-flight fails with ``SessionLost`` and ``on_death`` tells the controller, which restarts it.
+flight fails with ``SessionLost`` and ``on_death`` tells the controller, which restarts it. A reply
+that is well framed but fails validation fails only the request it answers.
 """
 
 from __future__ import annotations
@@ -18,12 +19,18 @@ from collections.abc import Callable
 import msgspec
 
 from genrl_swarm.agents.errors import EnvError, SessionLost
-from genrl_swarm.agents.frames import pack, read_frame
+from genrl_swarm.agents.frames import FrameError, pack, read_frame
 from genrl_swarm.agents.host import HostConfig
 from genrl_swarm.envd.protocol import HELLO, Frame, WorkerJob, WorkerReply
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # interpreter + sandbox children on a loaded machine
+
+
+class _ReplyId(msgspec.Struct):
+    """Just the request id of a reply that failed validation."""
+
+    id: int
 
 
 class WorkerLink:
@@ -39,6 +46,7 @@ class WorkerLink:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._encode, self._decode = msgspec.msgpack.Encoder().encode, msgspec.msgpack.Decoder(WorkerReply).decode
+        self._decode_id = msgspec.msgpack.Decoder(_ReplyId).decode
 
     @property
     def pid(self) -> int:
@@ -69,12 +77,29 @@ class WorkerLink:
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                reply = self._decode(await read_frame(reader))
+                frame = await read_frame(reader)
+                try:
+                    reply = self._decode(frame)
+                except msgspec.ValidationError as e:  # well-formed, but off the wire's bounds: fail only that request
+                    self._reject(frame, e)
+                    continue
                 future = self.pending.pop(reply.id, None)
                 if future is not None and not future.done():
                     future.set_result(reply)
-        except (asyncio.IncompleteReadError, ConnectionError, msgspec.DecodeError) as e:
+        except (asyncio.IncompleteReadError, ConnectionError, FrameError, msgspec.DecodeError) as e:
             await self._died(f"its connection ended ({type(e).__name__})")
+
+    def _reject(self, frame: bytes, error: msgspec.ValidationError) -> None:
+        """A reply that fails validation fails the request it answers; the worker and its other
+        sessions carry on. Without a readable request id the stream itself is broken (re-raised)."""
+        try:
+            request_id = self._decode_id(frame).id
+        except msgspec.DecodeError:
+            raise error from None
+        log.warning("worker %d (pid %d) sent an invalid reply to request %d: %s", self.index, self.pid, request_id, error)
+        future = self.pending.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_exception(EnvError(f"worker {self.index} sent an invalid reply to this request ({error}); only this request failed, retry or start a new session"))
 
     async def _died(self, why: str) -> None:
         if not self.alive:

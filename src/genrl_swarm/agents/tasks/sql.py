@@ -1,8 +1,8 @@
 """SQL: answer a question about an sqlite database built from the seed (AgentBench DB style).
 
 The database lives in the session's scratch directory. The model's queries run read-only, under
-an authorizer that allows reading and nothing else (no ATTACH, no PRAGMA, no writes), with a
-cap on the work per query and on string sizes. The ground truth is a fixed query on the same
+an authorizer that allows reading and nothing else (no ATTACH, no PRAGMA, no writes, no SQL
+function outside ``ALLOWED_FUNCTIONS``), with a cap on the work per query and on string sizes. The ground truth is a fixed query on the same
 database, so any peer rebuilds it from the seed alone.
 """
 
@@ -26,7 +26,7 @@ SCHEMA = (
 )
 MAX_ROWS = 30
 MAX_VM_STEPS = 5_000  # progress-handler ticks of 1000 sqlite instructions: a runaway query is cut
-_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
+_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
 
 #: (question template, truth query); both take the same named parameters.
 QUESTIONS: tuple[tuple[str, str], ...] = (
@@ -41,7 +41,29 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 
 
-def _read_only(action: int, *_: Any) -> int:
+#: The SQL functions a question about the database needs; any other (fts3_tokenizer, which leaks
+#: a native pointer and registers a tokenizer at a caller-chosen address; load_extension;
+#: sqlite_* introspection; randomblob/zeroblob) is refused by the authorizer.
+ALLOWED_FUNCTIONS = frozenset(
+    # aggregates
+    "count sum total avg min max group_concat string_agg".split()
+    # window functions
+    + "row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value nth_value".split()
+    # numbers
+    + "abs round sign ceil ceiling floor trunc mod pow power sqrt exp ln log log10 log2 pi random".split()
+    # text
+    + "length octet_length lower upper substr substring trim ltrim rtrim instr replace like glob printf format".split()
+    + "concat concat_ws char unicode hex quote".split()
+    # nulls, types, conditions
+    + "coalesce ifnull nullif iif typeof likely unlikely likelihood".split()
+    # dates and times
+    + "date time datetime julianday unixepoch strftime timediff".split()
+)
+
+
+def _read_only(action: int, arg1: str | None, arg2: str | None, *_: Any) -> int:
+    if action == sqlite3.SQLITE_FUNCTION:  # arg2: the function's name
+        return sqlite3.SQLITE_OK if (arg2 or "").lower() in ALLOWED_FUNCTIONS else sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK if action in _ALLOWED else sqlite3.SQLITE_DENY
 
 
