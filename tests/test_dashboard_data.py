@@ -169,3 +169,70 @@ def test_marl_returns_and_agentic_success_per_task_get_their_curves(tmp_path: Pa
     plain = RunWatcher([tmp_path / "plain"])
     plain.poll()
     assert not {"marl", "tasks"} & set(snapshot(list(plain.peers.values()), max_points=100)["curves"])  # panels hidden
+
+
+def test_hostile_lines_are_skipped_and_later_rows_still_arrive(tmp_path: Path) -> None:
+    """A 100 KB line of ``[`` (RecursionError in json), a 5000-digit int, NaN and 1e999 in the
+    start event: each bad line is skipped and counted, later rows arrive, the snapshot encodes."""
+    from genrl_swarm.dashboard.hub import Hub
+
+    peer = tmp_path / "run" / "peer-0"
+    write_rows(peer / "metrics.jsonl", [row("peer-0", 0)])
+    hub = Hub(RunWatcher([tmp_path / "run"]))
+    hub.refresh(0.0)
+    with (peer / "metrics.jsonl").open("a") as f:
+        f.write("[" * 100_000 + "\n")
+        f.write('{"round": 1, "x": ' + "9" * 5000 + "}\n")
+        f.write('{"round": 1e999, "reward/own": 1e999}\n')
+        f.write('{"round": 99999999999999999999, "reward/own": 0.5}\n')
+    write_rows(peer / "metrics.jsonl", [row("peer-0", r, **{"reward/cumulative": 1e300 * 1e10, "wins": 10**40}) for r in range(1, 4)])
+    write_rows(peer / EVENTS_FILE, [{"t": 1e999, "kind": "start", "peer": "peer-0", "stages": float("nan"), "max_rounds": 10**30, "start_round": float("inf")},
+                                    {"t": 2.0, "kind": "drop", "round": 10**30, "stage": -5, "sender": "x", "reason": "r"}])
+    hub.refresh(1.0)
+    log = next(iter(hub.runs.peers.values()))
+    assert sorted(log.rows) == [0, 1, 2, 3] and log.metrics.skipped == 2  # rows with a round of 1e999 or 10**20 parse, then are ignored
+    snap = json.loads(hub.build())  # allow_nan=False: raises on any NaN/inf left
+    me = snap["peers"][0]
+    assert me["rounds_done"] == 4 and me["stages"] is None and me["max_rounds"] is None and me["wins"] is None
+    assert snap["progress"]["max_rounds"] is None and snap["incidents"][0]["round"] is None and snap["incidents"][0]["stage"] is None
+    assert snap["skipped_lines"] == 2 and snap["curves"]["x"] == [0, 1, 2, 3]
+
+
+def test_20k_metric_keys_cap_peer_rows_series_and_payload(tmp_path: Path) -> None:
+    """Sybil ids in ``dropped/<id>`` and ``success/<k>`` keys: peer rows, kept keys, memory and
+    the payload stay bounded; the drops past the cap are still counted."""
+    import tracemalloc
+
+    from genrl_swarm.dashboard.hub import Hub
+
+    cap = 256  # runs.MAX_KEYS (dropped/ and success/ keys kept per peer) and view.MAX_REMOTE_PEERS
+    rows = [row("peer-0", r, **{f"dropped/sybil-{r}-{i}": 1 + (i == 7) for i in range(10_000)}, **{f"success/t{r}-{i}": 1.0 for i in range(10_000)}) for r in range(2)]
+    rows.append(row("peer-0", 1, **{f"dropped/sybil-1-{i}": 1 for i in range(10_000)}, **{f"reward/peer/judged-{i}": 0.5 for i in range(1000)}))  # round 1 replayed
+    write_rows(tmp_path / "run" / "peer-0" / "metrics.jsonl", rows)
+    tracemalloc.start()
+    hub = Hub(RunWatcher([tmp_path / "run"]))
+    hub.refresh(0.0)
+    payload = hub.build()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    snap = json.loads(payload)
+    assert len(snap["peers"]) == 1 + cap and len(payload) < 1_000_000 and peak < 100_000_000, (len(snap["peers"]), len(payload), peak)
+    assert snap["peers_omitted"] == cap - 1  # 256 dropped + 255 scored (the row's 256 reward/peer/ keys include its own): the top 256 by drops kept
+    peers = {p["id"]: p for p in snap["peers"]}
+    assert peers["sybil-0-7"]["dropped"] == 2 and "peer-0" in peers and not any(i.startswith("judged-") for i in peers)
+    log = next(iter(hub.runs.peers.values()))
+    assert len(log.dropped_by) == cap and len([k for k in log.series if k.startswith("success/")]) == cap
+    assert log.dropped_other == 10_000 + 10_000 - cap  # the rest aggregated, the replaced row's drops taken back
+
+
+def test_a_huge_snapshot_is_cut_to_the_payload_cap(tmp_path: Path) -> None:
+    from genrl_swarm.dashboard import hub as hub_module
+
+    for p in range(20):
+        write_rows(tmp_path / "run" / f"peer-{p}" / "metrics.jsonl", [row(f"peer-{p}", r) for r in range(300)])
+    hub = hub_module.Hub(RunWatcher([tmp_path / "run"]))
+    hub.refresh(0.0)
+    full = hub.build()
+    hub.max_payload = len(full) // 3
+    small = hub.build()
+    assert len(small) <= hub.max_payload and len(json.loads(small)["curves"]["x"]) < 300

@@ -154,3 +154,51 @@ def test_bad_options_are_one_line_before_anything_is_bound(tmp_path: Path, monke
         assert main(["dashboard", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("genrl-swarm: dashboard: ") and says in err and err.count("\n") == 1, err
+
+
+def test_the_loopback_host_check_parses_strictly(tmp_path: Path) -> None:
+    with Background(fast_hub(tmp_path)) as url:
+        port = urlsplit(url).port
+        for host in (f"127.0.0.1:{port}", "[::1]:8050", "[::1]", "LOCALHOST"):
+            assert get(url, "/api/snapshot", {"Host": host})[0] == 200, host
+        for host in ("127.0.0.1:80@evil.com", "[::1]evil", "[::1]:80@evil.com", "localhost:80:81", "localhost:http", "localhost:", "127.0.0.1 evil.com", "localhost.evil.com:80", "[::1]:99999", "localhost:123456"):
+            assert get(url, "/api/snapshot", {"Host": host})[0] == 403, host
+
+
+def test_the_hub_survives_a_failing_refresh_and_keeps_serving(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Any exception of one refresh (here a RecursionError, then a TypeError) is logged once per
+    kind; the last good snapshot is still served and later rows still arrive."""
+    import asyncio
+
+    metrics = tmp_path / "run" / "peer-0" / "metrics.jsonl"
+    write_rows(metrics, range(2))
+    hub = fast_hub(tmp_path / "run")
+    honest, failures = hub.runs.poll, [RecursionError("deep"), RecursionError("deep"), TypeError("odd"), RecursionError("deep")]
+
+    def poll() -> bool:
+        if hub.version > 0 and failures:
+            raise failures.pop(0)
+        return honest()
+
+    hub.runs.poll = poll  # type: ignore[method-assign]
+
+    async def main() -> None:
+        task = asyncio.create_task(hub.run())
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if hub.version > 0:
+                break
+        good = hub.payload
+        write_rows(metrics, range(2, 4))
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if json.loads(hub.payload)["progress"]["rounds_done"] == 4:
+                break
+        assert not task.done() and good != b"{}"
+        task.cancel()
+
+    with caplog.at_level("WARNING", logger="genrl_swarm.dashboard.hub"):
+        asyncio.run(main())
+    assert json.loads(hub.payload)["progress"]["rounds_done"] == 4 and not failures
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2 and "RecursionError" in warned[0] and "TypeError" in warned[1], warned

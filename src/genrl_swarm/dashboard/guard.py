@@ -12,6 +12,7 @@ bug could not run a script a peer put in its id.
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
@@ -33,11 +34,16 @@ HEADERS = [
 ]
 
 
+_HOST = re.compile(r"(?:(?P<v6>\[[0-9A-Fa-f:.]+\])|(?P<name>[A-Za-z0-9.-]+))(?::(?P<port>[0-9]{1,5}))?")
+
+
 def host_name(host: str) -> str:
-    """``example.org:8050`` -> ``example.org``; ``[::1]:8050`` -> ``[::1]``."""
-    if host.startswith("["):
-        return host.split("]")[0] + "]"
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    """``example.org:8050`` -> ``example.org``; ``[::1]:8050`` -> ``[::1]``; anything that is not
+    strictly ``host[:port]`` or ``[v6][:port]`` (``127.0.0.1:80@evil.com``, ``[::1]evil``) -> ``""``."""
+    match = _HOST.fullmatch(host)
+    if match is None or (match["port"] is not None and int(match["port"]) > 65535):
+        return ""
+    return match["v6"] or match["name"]
 
 
 class Guard:

@@ -21,9 +21,11 @@ from genrl_swarm.dashboard.chain import ChainStandings
 from genrl_swarm.dashboard.runs import RunWatcher
 from genrl_swarm.dashboard.status import StatusPoller
 from genrl_swarm.dashboard.view import snapshot
+from genrl_swarm.run.events import clip
 
 log = logging.getLogger(__name__)
 HEARTBEAT = 15.0  # seconds between keep-alive comments on an idle stream
+MAX_PAYLOAD = 8 << 20  # bytes of one snapshot: past it, curves get fewer points, then peers are cut
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Hub:
     interval: float = 0.5
     remote_interval: float = 5.0
     min_push: float = 1.0
+    max_payload: int = MAX_PAYLOAD
     version: int = 0
     payload: bytes = b"{}"
     _chain_state: dict[str, Any] | None = None
@@ -44,6 +47,7 @@ class Hub:
     _changed: asyncio.Event | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     closing: bool = False
+    _failures: set[str] = field(default_factory=set)  # kinds of refresh failure already logged
 
     def refresh(self, now: float) -> bool:
         """One poll of every source (blocking); True when the snapshot must be rebuilt."""
@@ -58,14 +62,35 @@ class Hub:
         return changed or self.version == 0
 
     def build(self) -> bytes:
-        data = snapshot(
-            list(self.runs.peers.values()),
-            max_points=self.max_points,
-            statuses=self._statuses,
-            chain=self._chain_state,
-            runs=[str(p) for p in self.runs.run_dirs],
-        )
-        data |= {"version": self.version + 1, "time": round(time.time(), 3), "status_errors": self._status_errors}
+        """The snapshot, encoded; over ``max_payload`` bytes it is rebuilt with half the curve
+        points (down to 16), then the peer table is cut (``truncated``: the peers left out)."""
+        points = self.max_points
+        while True:
+            data = snapshot(
+                list(self.runs.peers.values()),
+                max_points=points,
+                statuses=self._statuses,
+                chain=self._chain_state,
+                runs=[str(p) for p in self.runs.run_dirs],
+            )
+            data |= {"version": self.version + 1, "time": round(time.time(), 3), "status_errors": self._status_errors}
+            payload = self._encode(data)
+            if len(payload) <= self.max_payload or points <= 16:
+                break
+            points = max(16, points // 2)
+        peers = data["peers"]
+        while len(payload) > self.max_payload and data["peers"]:
+            keep = len(data["peers"]) * self.max_payload // len(payload) * 9 // 10
+            data["peers"], data["truncated"] = peers[:keep], len(peers) - keep
+            if len(payload := self._encode(data)) > self.max_payload and not keep:
+                data["curves"] = {"x": [], "reward": {}, "eval": {}, "swarm_mean": [], "times": {"generate": [], "exchange": [], "train": []}}
+                data["incidents"] = data["leaderboard"] = []
+                payload = self._encode(data)
+                break
+        return payload
+
+    @staticmethod
+    def _encode(data: dict[str, Any]) -> bytes:
         return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
     async def run(self) -> None:
@@ -82,8 +107,11 @@ class Hub:
                     pending, last_push = False, now
                     self._changed.set()
                     self._changed = asyncio.Event()
-            except (OSError, ValueError) as e:  # an unreadable file or a bad row: shown in the log, retried
-                log.warning("dashboard refresh failed: %s", e)
+            except Exception as e:  # noqa: BLE001 - an unreadable file, a bad row, a bug: the last good snapshot stays, retried
+                kind = type(e).__name__
+                if kind not in self._failures:  # once per kind: a failure that repeats every 0.5 s must not flood the log
+                    self._failures.add(kind)
+                    log.warning("dashboard refresh failed (%s, shown once; the last good snapshot is served): %s", kind, clip(str(e), 500))
             await asyncio.sleep(0 if self.runs.behind else self.interval)
 
     def close(self) -> None:

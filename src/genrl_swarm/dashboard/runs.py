@@ -22,13 +22,56 @@ MAX_EVENTS = 256  # drop and quarantine events kept per observing peer (the newe
 CURVES = ("reward/own", "eval/reward", "reward/swarm_mean", "train/env_steps", "eval/return_std")
 SUMS = {"time/generate": "time/generate_s", "time/exchange": "time/exchange_s", "time/train": "time/train"}  # per stage -> per round
 DROPPED, SUCCESS = "dropped/", "success/"
+# Every key and number below comes from a file any peer (or whoever can write the run folder)
+# wrote: what is kept per peer is bounded, so hostile keys cost neither memory nor payload.
+MAX_KEYS = 256  # distinct dropped/<id> senders and success/<task> curves kept per peer; per row, each other prefix
+MAX_ABS = 1e15  # a metric beyond this is not a metric: ignored like NaN
+MAX_ROUND = 10**9
+MAX_STAGES = 1000
+OTHER_DROPS = "_dropped_other"  # in a kept row: the drops of senders past MAX_KEYS, summed
+KEPT = frozenset(CURVES) | {"reward/cumulative", "wins", "trust/quarantined"}
+CAPPED = ("time/", "trust/", "reward/peer/")
 
 
 def num(value: Any) -> float | None:
-    """A finite float, or None (booleans, strings and NaN are not metrics values)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    """A finite float within +-MAX_ABS, or None (booleans, strings, NaN, inf are not metrics values)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and abs(value) <= MAX_ABS:
         return float(value)
     return None
+
+
+def count(value: Any, hi: int = MAX_ROUND, lo: int = 0) -> int | None:
+    """An int in [lo, hi] (a round, a stage, a number of rounds), or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi:
+        return value
+    return None
+
+
+def _text(value: Any, limit: int | None = None) -> str | None:
+    if not isinstance(value, str):
+        return None
+    return clip(value) if limit is None else clip(value, limit)
+
+
+def _event(event: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an event the dashboard shows, checked and clipped (a 1 MB reason is not kept)."""
+    out = {
+        "kind": _text(event.get("kind"), 32),
+        "t": num(event.get("t")),
+        "round": count(event.get("round")),
+        "stage": count(event.get("stage"), MAX_STAGES),
+        "until": count(event.get("until")),
+        "count": count(event.get("count"), 1 << 40),
+        "sender": _text(event.get("sender")),
+        "drop": _text(event.get("drop"), 32),
+        "reason": _text(event.get("reason")),
+        "peer": _text(event.get("peer")),
+        "backend": _text(event.get("backend"), 64),
+        "stages": count(event.get("stages"), MAX_STAGES, 1),
+        "max_rounds": count(event.get("max_rounds")),
+        "start_round": count(event.get("start_round")),
+    }
+    return {k: v for k, v in out.items() if v is not None}
 
 
 @dataclass
@@ -46,7 +89,9 @@ class PeerLog:
     quarantines: dict[str, dict[str, Any]] = field(default_factory=dict)  # sender -> latest quarantine event
     # Kept as rows arrive, so a snapshot of a long run does not rescan every row each second:
     series: dict[str, dict[int, float]] = field(default_factory=dict)  # curve -> round -> value
-    dropped_by: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))  # sender -> its bodies this peer dropped
+    dropped_by: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))  # sender -> its bodies this peer dropped (MAX_KEYS senders)
+    dropped_other: float = 0.0  # bodies of the senders past MAX_KEYS
+    _success: set[str] = field(default_factory=set)  # the success/ keys given a curve (MAX_KEYS)
 
     last_round: int | None = None  # the latest round with a row
 
@@ -73,9 +118,12 @@ class PeerLog:
             self.rows.clear()
             self.series.clear()
             self.dropped_by.clear()
+            self.dropped_other = 0.0
+            self._success.clear()
             self.last_round = None
-        for row in rows:
-            if isinstance(row.get("round"), int):
+        for raw in rows:
+            if count(raw.get("round")) is not None:
+                row = self._trim(raw)
                 if row["round"] in self.rows:  # a replayed round replaces its row
                     self._index(self.rows[row["round"]], -1)
                 self.rows[row["round"]] = row
@@ -90,11 +138,45 @@ class PeerLog:
             self._event(event)
         return bool(rows or events or rewritten or restarted)
 
+    def _trim(self, row: dict[str, Any]) -> dict[str, Any]:
+        """What is kept of a row: its round, peer and the finite numbers the dashboard shows, at
+        most MAX_KEYS per prefix; new dropped/ senders and success/ tasks get a slot while there
+        is room (the drops of the rest are summed under OTHER_DROPS)."""
+        out: dict[str, Any] = {"round": row["round"]}
+        if isinstance(row.get("peer"), str):
+            out["peer"] = clip(row["peer"])
+        per_prefix: dict[str, int] = {}
+        other = 0.0
+        for key, value in row.items():
+            if (n := num(value)) is None:
+                continue
+            if key.startswith(DROPPED):
+                sender = clip(key[len(DROPPED) :])
+                if sender in self.dropped_by or len(self.dropped_by) < MAX_KEYS:
+                    self.dropped_by[sender] += 0.0  # the sender's slot, kept until the file is rewritten
+                    out[DROPPED + sender] = out.get(DROPPED + sender, 0.0) + n
+                else:
+                    other += n
+            elif key.startswith(SUCCESS):
+                if key in self._success or len(self._success) < MAX_KEYS:
+                    self._success.add(key)
+                    out[key] = n
+            elif key in KEPT:
+                out[key] = n
+            elif prefix := next((p for p in CAPPED if key.startswith(p)), None):
+                if per_prefix.get(prefix, 0) < MAX_KEYS:
+                    per_prefix[prefix] = per_prefix.get(prefix, 0) + 1
+                    out[key] = n
+        if other:
+            out[OTHER_DROPS] = other
+        return out
+
     def _index(self, row: dict[str, Any], sign: int) -> None:
         r = row["round"]
         for key, value in row.items():
-            if key.startswith(DROPPED) and (n := num(value)) is not None:
-                self.dropped_by[clip(key[len(DROPPED) :])] += sign * n
+            if key.startswith(DROPPED):
+                self.dropped_by[key[len(DROPPED) :]] += sign * value
+        self.dropped_other += sign * row.get(OTHER_DROPS, 0.0)
         values = {k: num(row.get(k)) for k in CURVES}
         for name, prefix in SUMS.items():
             parts = [v for k, x in row.items() if k.startswith(prefix) and (v := num(x)) is not None]
@@ -106,16 +188,18 @@ class PeerLog:
             elif sign < 0:
                 self.series.get(key, {}).pop(r, None)
 
-    def _event(self, event: dict[str, Any]) -> None:
+    def _event(self, raw: dict[str, Any]) -> None:
+        event = _event(raw)
         kind = event.get("kind")
         if kind == "start":
             self.start = event
-        elif kind == "stage" and isinstance(event.get("round"), int) and isinstance(event.get("stage"), int):
+        elif kind == "stage" and "round" in event and "stage" in event:
             self.stage = (event["round"], event["stage"])
         elif kind in ("drop", "quarantine", "drops_omitted"):
             self.incidents.append(event)
-            if kind == "quarantine" and isinstance(event.get("sender"), str):
-                self.quarantines[event["sender"]] = event
+            sender = event.get("sender")
+            if kind == "quarantine" and sender is not None and (sender in self.quarantines or len(self.quarantines) < MAX_KEYS):
+                self.quarantines[sender] = event
 
 
 @dataclass

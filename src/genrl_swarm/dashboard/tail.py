@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -22,6 +23,7 @@ class JsonlTail:
     chunk: int = 4 << 20
     max_line: int = 1 << 20  # a longer "line" is not a metrics row: skipped
     offset: int = 0
+    skipped: int = 0  # lines that were not a JSON object (cut, foreign, hostile), over the file's life
     mtime: float = 0.0
     _partial: bytes = field(default=b"", repr=False)
     _seen: bytes = field(default=b"", repr=False)  # the last bytes read, to notice a rewrite
@@ -47,7 +49,16 @@ class JsonlTail:
         self._partial = lines.pop()
         if len(self._partial) > self.max_line:
             self._partial = b""
-        return [row for row in map(_parse, lines) if row is not None], reset
+            self.skipped += 1
+        rows = []
+        for line in lines:
+            if line.strip():
+                row = _parse(line)
+                if row is None:
+                    self.skipped += 1
+                else:
+                    rows.append(row)
+        return rows, reset
 
     def _unchanged(self, f: BinaryIO) -> bool:
         if not self._seen:
@@ -64,12 +75,31 @@ class JsonlTail:
             return False
 
 
+MAX_DEPTH = 32  # a metrics row or event nests 2-3 deep; json.loads recurses once per level
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+
+
+def _too_deep(line: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether the line nests over ``limit`` arrays/objects. Checked before ``json.loads``, which
+    recurses in C: with the recursion limit raised (some libraries do) ``[[[[...`` overflows the
+    C stack and kills the process instead of raising RecursionError."""
+    if line.count(b"[") + line.count(b"{") <= limit:
+        return False
+    depth = 0
+    for c in _NOT_BRACKET.sub(b"", _STRING.sub(b"", line)):
+        depth += 1 if c in b"[{" else -1
+        if depth > limit:
+            return True
+    return False
+
+
 def _parse(line: bytes) -> dict[str, Any] | None:
-    """One row, or None for a blank, cut or foreign line (the metrics reader skips them too)."""
-    if not line.strip():
+    """One row, or None for a blank, cut, foreign or hostile line (the metrics reader skips them too)."""
+    if not line.strip() or _too_deep(line):
         return None
     try:
         row = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # broken JSON, bad UTF-8, a 5000-digit int, ``[[[[...`` nested past the stack
         return None
     return row if isinstance(row, dict) else None

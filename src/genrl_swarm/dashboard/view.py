@@ -14,10 +14,11 @@ from typing import Any
 
 from genrl_swarm.dashboard.downsample import buckets, series
 from genrl_swarm.run.events import clip
-from genrl_swarm.dashboard.runs import SUCCESS, PeerLog, num
+from genrl_swarm.dashboard.runs import MAX_ROUND, MAX_STAGES, SUCCESS, PeerLog, count, num
 
 PEER_REWARD = "reward/peer/"
 VALUE_BUDGET = 60_000  # numbers per chart across all its series; a peer's curve gets a share
+MAX_REMOTE_PEERS = 256  # peers in the table only because others saw them: the most dropped first
 
 
 def _sum(row: Mapping[str, Any], prefix: str) -> float | None:
@@ -44,7 +45,7 @@ class Observed:
 
 def _current(log: PeerLog) -> tuple[int, int]:
     """(round, stages done in it): the round in progress, or the one after the last row."""
-    next_round = log.last_round + 1 if log.last_round is not None else int(log.start.get("start_round", 0) or 0)
+    next_round = log.last_round + 1 if log.last_round is not None else count(log.start.get("start_round")) or 0
     if log.stage is not None and log.stage[0] >= next_round:
         return log.stage[0], log.stage[1] + 1
     return next_round, 0
@@ -82,8 +83,35 @@ def _reasons(logs: Sequence[PeerLog]) -> dict[str, list[str]]:
     return out
 
 
-def peer_rows(logs: Sequence[PeerLog], statuses: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The table: every peer with a folder, every peer another one scored or dropped, every live status."""
+def _status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A live status's fields, numbers finite and bounded, text clipped."""
+    out: dict[str, Any] = {}
+    for key, value in status.items():
+        if key in ("id", "local"):
+            continue
+        if isinstance(value, bool) or value is None:
+            out[key] = value
+        elif isinstance(value, int):
+            out[key] = count(value)
+        elif isinstance(value, float):
+            out[key] = num(value)
+        elif isinstance(value, str):
+            out[key] = clip(value)
+    return out
+
+
+def _top_remote(seen: Mapping[str, Observed], local: Iterable[str], keep: int) -> tuple[set[str], int]:
+    """The ``keep`` peers seen only by others with the most drops (then quarantines, scores), and how many are left out."""
+    remote = [peer for peer in seen if peer not in local]
+    if len(remote) <= keep:
+        return set(remote), 0
+    remote.sort(key=lambda p: (-seen[p].dropped, -seen[p].quarantined_by, -seen[p].quarantines, -seen[p].scorers, p))
+    return set(remote[:keep]), len(remote) - keep
+
+
+def peer_rows(logs: Sequence[PeerLog], statuses: Mapping[str, Mapping[str, Any]], omitted: list[int] | None = None) -> list[dict[str, Any]]:
+    """The table: every peer with a folder, every live status, and the MAX_REMOTE_PEERS peers
+    others scored or dropped the most (how many more is added to ``omitted``)."""
     seen, reasons = _observed(logs), _reasons(logs)
     rows: dict[str, dict[str, Any]] = {}
     for log in logs:
@@ -96,8 +124,8 @@ def peer_rows(logs: Sequence[PeerLog], statuses: Mapping[str, Mapping[str, Any]]
             "backend": clip(str(log.start.get("backend", ""))) or None,
             "round": current,
             "stage": stage,
-            "stages": log.start.get("stages"),
-            "max_rounds": log.start.get("max_rounds"),
+            "stages": count(log.start.get("stages"), MAX_STAGES, 1),
+            "max_rounds": count(log.start.get("max_rounds"), MAX_ROUND),
             "rounds_done": len(log.rows),
             "last_seen": round(log.last_seen, 3) or None,
             "reward": num(last.get("reward/own")),
@@ -110,9 +138,14 @@ def peer_rows(logs: Sequence[PeerLog], statuses: Mapping[str, Mapping[str, Any]]
             "local": True,
         }
     for peer, status in statuses.items():
-        row = rows.setdefault(peer, {"id": peer, "local": False})
-        row.update({k: v for k, v in status.items() if k not in ("id", "local")})
+        row = rows.setdefault(clip(peer), {"id": clip(peer), "local": False})
+        row.update(_status(status))
+    kept, left_out = _top_remote(seen, rows, MAX_REMOTE_PEERS)
+    if omitted is not None:
+        omitted.append(left_out)
     for peer, obs in seen.items():
+        if peer not in rows and peer not in kept:
+            continue
         row = rows.setdefault(peer, {"id": peer, "local": False, "backend": "remote"})
         row["scored"] = round(obs.score_sum / obs.scorers, 5) if obs.scorers else None
     for peer, row in rows.items():
@@ -135,8 +168,8 @@ def progress(logs: Sequence[PeerLog]) -> dict[str, Any]:
     """Where the swarm is: the furthest round, the planned rounds and stages, peers per round."""
     currents = [_current(log) for log in logs]
     at = Counter(r for r, _ in currents)
-    max_rounds = [m for log in logs if isinstance(m := log.start.get("max_rounds"), int)]
-    stages = [s for log in logs if isinstance(s := log.start.get("stages"), int)]
+    max_rounds = [m for log in logs if (m := count(log.start.get("max_rounds"), MAX_ROUND)) is not None]
+    stages = [s for log in logs if (s := count(log.start.get("stages"), MAX_STAGES, 1)) is not None]
     done = [log.last_round + 1 for log in logs if log.last_round is not None]
     return {
         "round": max((r for r, _ in currents), default=0),
@@ -182,8 +215,8 @@ def incidents(logs: Sequence[PeerLog], limit: int = 100) -> list[dict[str, Any]]
     for observer, e in events[:limit]:
         out.append({
             "t": num(e.get("t")),
-            "round": e.get("round") if isinstance(e.get("round"), int) else None,
-            "stage": e.get("stage") if isinstance(e.get("stage"), int) else None,
+            "round": count(e.get("round"), MAX_ROUND),
+            "stage": count(e.get("stage"), MAX_STAGES),
             "observer": observer,
             "sender": clip(str(e.get("sender", ""))),
             "kind": "quarantine" if e.get("kind") == "quarantine" else "omitted" if e.get("kind") == "drops_omitted" else clip(str(e.get("drop", "")), 32),
@@ -193,9 +226,13 @@ def incidents(logs: Sequence[PeerLog], limit: int = 100) -> list[dict[str, Any]]
 
 
 def snapshot(logs: Sequence[PeerLog], *, max_points: int, statuses: Mapping[str, Mapping[str, Any]] | None = None, chain: Mapping[str, Any] | None = None, runs: Sequence[str] = ()) -> dict[str, Any]:
+    omitted: list[int] = []
     return {
         "runs": list(runs),
-        "peers": peer_rows(logs, statuses or {}),
+        "peers": peer_rows(logs, statuses or {}, omitted),
+        "peers_omitted": sum(omitted),
+        "dropped_other": sum(log.dropped_other for log in logs),  # drops of senders past runs.MAX_KEYS per observer
+        "skipped_lines": sum(log.metrics.skipped + log.events.skipped for log in logs),
         "leaderboard": leaderboard(logs),
         "chain": dict(chain) if chain else None,
         "progress": progress(logs),
