@@ -170,13 +170,74 @@ def test_peer_parameters_are_checked_then_averaged(honest: Any) -> None:
     assert "not finite" in (sharing.problem(with_leaf(0, np.full_like(leaves[0], np.nan)), policy.params, 1.0) or "")
     assert "expected float32" in (sharing.problem(with_leaf(0, leaves[0].reshape(1, -1)), policy.params, 1.0) or "")
     assert "expected float32" in (sharing.problem(with_leaf(1, leaves[1].astype(np.float64)), policy.params, 1.0) or "")
-    assert "more than 1.0 away" in (sharing.problem(with_leaf(2, leaves[2] + 5.0), policy.params, 1.0) or "")
+    assert "more than 1.0" in (sharing.problem(with_leaf(2, leaves[2] + 5.0), policy.params, 1.0) or "")
     short = msgspec.structs.replace(good, leaves=good.leaves[:-1])
     assert "parameter arrays, this team has" in (sharing.problem(short, policy.params, 1.0) or "")
     moved = with_leaf(0, leaves[0] + 0.5)
-    mean = sharing.average(policy.params, [moved])
+    mean = sharing.aggregate(policy.params, [moved])
     np.testing.assert_allclose(jax.tree.leaves(mean)[0], leaves[0] + 0.25, rtol=1e-6)
     np.testing.assert_allclose(jax.tree.leaves(mean)[1], leaves[1])
+
+
+def alternating(params: Any, size: float) -> list[np.ndarray]:
+    """``params``' leaves moved by +-``size`` per element, the sign alternating."""
+    leaves = [np.asarray(x) for x in jax.tree.leaves(params)]
+    return [(x + size * np.where(np.arange(x.size).reshape(x.shape) % 2, 1.0, -1.0)).astype(x.dtype) for x in leaves]
+
+
+def params_body(like: sharing.ParamsBody, leaves: Sequence[np.ndarray]) -> sharing.ParamsBody:
+    return msgspec.structs.replace(like, leaves=tuple(Array.of(x) for x in leaves))
+
+
+def test_a_forged_parameter_body_is_refused_and_counted(honest: Any) -> None:
+    policy, inp, _, _ = honest  # max_param_distance as the recipe configures it
+    good = sharing.to_body(policy.params, inp.task_id, inp.digest, 0)
+    poisoned = params_body(good, alternating(policy.params, 0.99))  # within the old per-element bound (1.0)
+    assert policy.check(good, inp) is None
+    state = GameState(0, "me")
+    state.inputs[0] = {}
+    state.tasks = {}
+    drops = state.record(0, [inp], {"me": [good], "liar": [poisoned]}, policy.check)
+    assert [(d.peer_id, d.kind) for d in drops] == [("liar", "refused")] and "away from this peer's" in drops[0].reason
+    assert [r.peer_id for r in state.rollouts] == ["me"]
+
+
+def test_a_slow_drift_attacker_cannot_move_the_weights_far(honest: Any) -> None:
+    policy, inp, _, _ = honest
+    start = [np.asarray(x) for x in jax.tree.leaves(policy.params)]
+    own = policy.params
+    template = sharing.to_body(own, inp.task_id, inp.digest, 0)
+    for size in (0.3, 0.1):  # per element, each round from the victim's current weights: well inside the old 1.0
+        own, accepted = policy.params, 0
+        for _ in range(8):
+            drift = params_body(template, alternating(own, size))
+            if sharing.problem(drift, own, policy.max_param_distance) is None:
+                accepted += 1
+                own = sharing.aggregate(own, [drift], 1)
+        moved = max(float(np.abs(np.asarray(x) - y).max()) for x, y in zip(jax.tree.leaves(own), start))
+        assert moved <= 0.05, f"+-{size}/round moved a weight by {moved:.3f} ({accepted}/8 accepted)"
+    # a liar inside the relative bound, next to one honest peer: the median of three ignores it
+    own = policy.params
+    for _ in range(8):
+        liar = params_body(template, [x * np.float32(1.0 + 0.9 * policy.max_param_distance) for x in jax.tree.leaves(own)])
+        assert sharing.problem(liar, own, policy.max_param_distance) is None
+        own = sharing.aggregate(own, [sharing.to_body(own, inp.task_id, inp.digest, 0), liar], 2)
+    jax.tree.map(np.testing.assert_array_equal, own, policy.params)
+
+
+def test_median_aggregation_ignores_one_outlier_and_caps_the_peers() -> None:
+    own = {"w": np.array([0.0, 1.0, 2.0], np.float32), "b": np.array([0.0], np.float32)}
+    body = sharing.to_body(own, "t", "d", 0)
+    honest_peer = params_body(body, [np.array([0.2], np.float32), np.array([0.2, 1.2, 2.2], np.float32)])  # leaves: b, w
+    outlier = params_body(body, [np.array([-50.0], np.float32), np.array([100.0, -100.0, 100.0], np.float32)])
+    median = sharing.aggregate(own, [honest_peer, outlier])
+    np.testing.assert_allclose(median["w"], [0.2, 1.0, 2.2], rtol=1e-6)  # per coordinate, the middle value
+    np.testing.assert_allclose(median["b"], [0.0])
+    mean = sharing.aggregate(own, [honest_peer])  # median of two: their mean (honest sharing still averages)
+    np.testing.assert_allclose(mean["w"], [0.1, 1.1, 2.1], rtol=1e-6)
+    capped = sharing.aggregate(own, [outlier, honest_peer], 1)  # at most one peer: the closest
+    np.testing.assert_allclose(capped["w"], [0.1, 1.1, 2.1], rtol=1e-6)
+    assert sharing.aggregate(own, [outlier], 0)["w"].tolist() == [0.0, 1.0, 2.0]
 
 
 def test_parameter_sharing_averages_each_round(tmp_path: Path) -> None:

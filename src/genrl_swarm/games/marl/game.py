@@ -8,7 +8,8 @@ wire is the typed ``Trajectory`` (observations, actions, rewards, dones, masks, 
 log-probs) or a ``ParamsBody`` (``policy.share``). A received trajectory is replayed from the
 task's seed with its actions before anything uses it (``MarlPolicy.check``): any mismatch
 refuses it, counted against the sender. Received parameters must match this team's shapes and
-dtypes, be finite and near this peer's own. Rewards are this peer's replay of the environment
+dtypes, be finite and near this peer's own (relative to each array's norm); they are combined
+by a coordinate-wise median. Rewards are this peer's replay of the environment
 (``MarlReward``). The learner trains on its own rollout plus the verified ones (off-policy
 weighted), or on its own after averaging in the peers' parameters.
 
@@ -101,7 +102,7 @@ class MarlPolicy(Policy):
         share: Share = "trajectories",
         seed: int = 0,
         init_seed: int = 0,
-        max_param_distance: float = 1.0,
+        max_param_distance: float = 0.5,
     ) -> None:
         self.env, self.system, self.share = EnvConfig.of(env), SystemConfig.of(system), share
         if self.share == "parameters":
@@ -164,7 +165,8 @@ class MarlPolicy(Policy):
 class MarlLearner(Learner):
     """One PPO update per round on this peer's rollout, plus up to ``max_shared`` peers'
     verified trajectories (weighted by min(pi / pi_sender, is_cap)), or after averaging in the
-    peers' checked parameters. Evaluates every ``eval_every`` rounds into marl-eval JSON."""
+    peers' checked parameters (a coordinate-wise median with up to ``max_shared`` of them).
+    Evaluates every ``eval_every`` rounds into marl-eval JSON."""
 
     def __init__(
         self,
@@ -182,6 +184,7 @@ class MarlLearner(Learner):
             raise ValueError("max_shared and eval_every must be >= 0 and eval_episodes >= 1")
         self.policy, self.team = policy, policy.team
         self.max_shared = max_shared if policy.share == "trajectories" else 0
+        self.max_averaged = max_shared if policy.share == "parameters" else 0  # peers in the median
         self.eval_every, self.eval_episodes, self.eval_greedy, self.total_rounds = eval_every, eval_episodes, eval_greedy, total_rounds
         opt = self.team.init(jax.random.PRNGKey(0))
         self.state = TrainState(policy.params, opt.actor_opt, opt.critic_opt)
@@ -198,8 +201,8 @@ class MarlLearner(Learner):
         peers = [s.rollout for s in rewards.scored if s.rollout.peer_id != state.peer_id]
         params, averaged = self.state.params, 0
         if self.policy.share == "parameters" and peers:
-            params = sharing.average(params, [r.body for r in peers])
-            averaged = len(peers)
+            params = sharing.aggregate(params, [r.body for r in peers], self.max_averaged)
+            averaged = min(len(peers), self.max_averaged)
         mine = [batch_of(self.policy.collected[r.task_id]) for r in own if r.task_id in self.policy.collected]
         if not mine:
             return {}
