@@ -159,4 +159,12 @@ def explain(error: BaseException, initial_peers: Sequence[str], host_maddrs: Seq
         return f"the p2pd daemon ({binary}) or the DHT did not start within {timeout:.0f}s; raise communication.startup_timeout"
     if "identity" in text.lower() or "key" in text.lower():
         return f"p2pd cannot use the identity file: {first}; {KEEP_IDENTITY}"
+    if "can't access this node" in text:
+        # The initial peer dialled this peer id back and did not reach this process: either a
+        # firewall, or the same identity already running elsewhere (the dial reached the twin).
+        return (
+            f"the DHT did not start: an initial peer could not dial this peer back ({first}). Either this "
+            f"identity is already used by a running peer (a copied key file): stop that peer, or {NEW_PEER}; "
+            "or this peer's listen address is not reachable from its initial peers."
+        )
     return f"the DHT did not start: {first}"
