@@ -9,6 +9,7 @@ that id, so no message here ever suggests deleting an identity file: a new file 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shutil
 import tempfile
@@ -19,6 +20,8 @@ from typing import IO, Any
 from genrl_swarm.comm.errors import SwarmFailure
 from genrl_swarm.comm.hivemind_process import LOCK_FDS, dht_class, kill_all, p2pd_of
 from genrl_swarm.core.identity import Identity, IdentityError
+
+log = logging.getLogger(__name__)
 
 PEERS_ENV = "GENRL_SWARM_INITIAL_PEERS"
 #: Never advise deleting an identity: its peer id names the run directory --resume reads.
@@ -115,7 +118,25 @@ def start_dht(key: Path, initial_peers: list[str], host_maddrs: list[str], timeo
     """hivemind's DHT process with p2pd on this identity, ready within ``timeout`` or a
     SwarmFailure. (hivemind's own identity check cannot read Ed25519 keys: the lock and the
     membership records check instead.) ``nat``: let p2pd map ports on the router (UPnP) and probe
-    its reachability; off by default, so a swarm on one machine sends nothing off the host."""
+    its reachability; off by default, so a swarm on one machine sends nothing off the host.
+
+    A start that times out is tried once more: hivemind forks its DHT process from this one, and a
+    fork taken while another thread holds a lock can leave the child stuck for good (seen now and
+    then in a test process running many peers' threads). Any other failure is explained at once."""
+    for attempt in (1, 2):
+        try:
+            return _launch(key, initial_peers, host_maddrs, timeout, validators, nat)
+        except Exception as e:  # noqa: BLE001 - hivemind raises plain Exceptions from its process; each is explained
+            text = str(e).lower()
+            if attempt == 1 and (isinstance(e, TimeoutError) or "timeout" in text or "timed out" in text):
+                log.warning("the DHT did not start within %.0fs (%s); trying once more", timeout, type(e).__name__)
+                continue
+            raise SwarmFailure(explain(e, initial_peers, host_maddrs, timeout)) from e
+    raise AssertionError("unreachable")
+
+
+def _launch(key: Path, initial_peers: list[str], host_maddrs: list[str], timeout: float, validators: list[Any], nat: bool) -> Any:
+    """One DHT process started and ready, or its exception after the process and p2pd are gone."""
     dht = dht_class()(
         initial_peers=initial_peers,
         start=False,
@@ -134,13 +155,13 @@ def start_dht(key: Path, initial_peers: list[str], host_maddrs: list[str], timeo
     )
     try:
         dht.run_in_background(await_ready=True, timeout=timeout + 15)
-    except Exception as e:  # noqa: BLE001 - hivemind raises plain Exceptions from its process; each is explained
+    except BaseException:
         p2pd = p2pd_of(dht.pid) if dht.pid else None
         if dht.is_alive():
             dht.terminate()
             dht.join(3)
         kill_all([p2pd])
-        raise SwarmFailure(explain(e, initial_peers, host_maddrs, timeout)) from e
+        raise
     return dht
 
 
