@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from genrl_swarm.run.metrics import read_metrics
+from genrl_swarm.run.plot import pyplot, save_figure
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,8 @@ def table(curves: list[Curve]) -> str:
 
 
 def plot(run_dir: Path, curves: list[Curve]) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
     for c in curves:
@@ -72,16 +69,7 @@ def plot(run_dir: Path, curves: list[Curve]) -> Path | None:
     for peer, steps, returns in training_curves(run_dir):
         if len(steps) == len(returns):
             ax.plot(steps, returns, alpha=0.4, label=f"training rollouts {peer}")
-    ax.set_xlabel("environment steps (per peer)")
-    ax.set_ylabel("team return")
-    ax.set_title(run_dir.name)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    out = run_dir / "return_curve.png"
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(fig, ax, run_dir / "return_curve.png", xlabel="environment steps (per peer)", ylabel="team return", title=run_dir.name)
 
 
 def main(argv: list[str] | None = None) -> None:

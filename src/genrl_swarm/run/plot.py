@@ -3,18 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from genrl_swarm.run.metrics import read_metrics
 
 
-def plot_rewards(run_dir: Path) -> Path | None:
-    """Write ``<run_dir>/reward_curve.png`` from the peers' metrics.jsonl; None without matplotlib."""
+def pyplot() -> Any | None:
+    """matplotlib.pyplot on the file-only Agg backend, or None without matplotlib (plots are optional)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def save_figure(fig: Any, ax: Any, out: Path, *, xlabel: str, ylabel: str, title: str) -> Path:
+    """Label, grid and legend the axes the same way for every curve the project writes, save, close."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def plot_rewards(run_dir: Path) -> Path | None:
+    """Write ``<run_dir>/reward_curve.png`` from the peers' metrics.jsonl; None without matplotlib."""
+    plt = pyplot()
+    if plt is None:
         return None
     files = sorted(run_dir.glob("*/metrics.jsonl"))
     if not files:
@@ -26,13 +50,4 @@ def plot_rewards(run_dir: Path) -> Path | None:
         evals = [r for r in rows if "eval/reward" in r]
         if evals:
             ax.plot([r["round"] for r in evals], [r["eval/reward"] for r in evals], "--o", color=line.get_color(), label=f"{path.parent.name} eval")
-    ax.set_xlabel("round")
-    ax.set_ylabel("mean reward")
-    ax.set_title(run_dir.name)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    out = run_dir / "reward_curve.png"
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(fig, ax, run_dir / "reward_curve.png", xlabel="round", ylabel="mean reward", title=run_dir.name)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from genrl_swarm.run.metrics import read_metrics
+from genrl_swarm.run.plot import pyplot, save_figure
 
 
 def task_rows(run_dir: Path) -> tuple[list[str], list[dict[str, Any]]]:
@@ -38,12 +39,8 @@ def _num(value: Any, digits: int = 3) -> str:
 
 def plot(run_dir: Path) -> Path | None:
     """Reward per task kind and round (each peer a line style); None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     kinds, rows = task_rows(run_dir)
     if not rows:
@@ -54,16 +51,9 @@ def plot(run_dir: Path) -> Path | None:
         for kind in kinds:
             points = [(r["round"] + 1, r[f"agent/{kind}/reward"]) for r in mine if f"agent/{kind}/reward" in r]
             ax.plot([x for x, _ in points], [y for _, y in points], style, label=f"{kind} ({peer})")
-    ax.set_xlabel("round")
-    ax.set_ylabel("mean episode reward")
-    ax.set_title(f"{run_dir.name}: reward per task")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    out = run_dir / "agent_reward_curve.png"
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(
+        fig, ax, run_dir / "agent_reward_curve.png", xlabel="round", ylabel="mean episode reward", title=f"{run_dir.name}: reward per task"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
