@@ -33,3 +33,23 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 def mean_sd(values: Sequence[float]) -> str:
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{statistics.mean(values):.3f} ± {sd:.3f}"
+
+
+def matmul_gflops(dtype: str = "float32", size: int = 1024, seconds: float = 1.0) -> float:
+    """This machine's dense matmul rate in GFLOP/s for ``dtype`` at the current thread count.
+
+    Machines of one class differ (one EPYC gave fp32 ~157 / bf16 ~746, a Xeon fp32 ~140), so
+    every speed table reports its percentage of the limit measured here, not a number from elsewhere."""
+    import time
+
+    import torch
+
+    dt = getattr(torch, dtype)
+    a, b = torch.randn(size, size).to(dt), torch.randn(size, size).to(dt)
+    for _ in range(3):  # warm-up: thread pool, kernel choice
+        a @ b
+    n, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        a @ b
+        n += 1
+    return 2 * size**3 * n / elapsed / 1e9
