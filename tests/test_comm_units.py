@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -416,6 +417,11 @@ def membership(dht: FakeDHT, identity: Identity | None = None, liveness: float =
     return Membership(dht, identity, args["swarm"], args["maddrs"], liveness, args["call_timeout"], args["round_of"], book, args["sightings"])
 
 
+def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The membership module's log lines, whole: a check on a substring misses a changed message."""
+    return [r.getMessage() for r in caplog.records if r.name == "genrl_swarm.comm.hivemind_membership"]
+
+
 def test_membership_publishes_a_signed_record_others_can_read() -> None:
     from genrl_swarm.comm.hivemind_members import members_key
 
@@ -461,7 +467,7 @@ def test_a_refused_store_still_counts_as_published(caplog: pytest.LogCaptureFixt
     a = membership(dht)
     with caplog.at_level(logging.DEBUG, logger="genrl_swarm.comm.hivemind_membership"):
         a.publish()
-    assert f"{a.peer_id}: the DHT did not take this peer's membership record" in caplog.text and a._published is not None
+    assert messages(caplog) == [f"{a.peer_id}: the DHT did not take this peer's membership record"] and a._published is not None
 
 
 def test_refresh_logs_joins_and_departures_and_fills_the_address_book(caplog: pytest.LogCaptureFixture) -> None:
@@ -472,15 +478,15 @@ def test_refresh_logs_joins_and_departures_and_fills_the_address_book(caplog: py
     with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
         a.refresh()
     assert set(a.live()) == {a.peer_id, b.peer_id, c.peer_id}
-    assert f"{a.peer_id}: peer {b.peer_id} joined (round 4)" in caplog.text and f"peer {a.peer_id} joined" not in caplog.text
+    assert sorted(messages(caplog)) == sorted(f"{a.peer_id}: peer {p.peer_id} joined (round 4)" for p in (b, c))
     assert set(a.book._entries) == {b.peer_id, c.peer_id} and a.book._entries[b.peer_id][1] == b.maddrs
     caplog.clear()
     b.publish(leaving=True)
     a.liveness = 0.0  # c is known from the earlier read, but not heard of since
     with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
         a.refresh()
-    assert f"{a.peer_id}: peer {b.peer_id} left; no longer waited for" in caplog.text
-    assert f"{a.peer_id}: peer {c.peer_id} stopped renewing its membership (last heard of " in caplog.text
+    assert f"{a.peer_id}: peer {b.peer_id} left; no longer waited for" in messages(caplog)
+    assert any(m.startswith(f"{a.peer_id}: peer {c.peer_id} stopped renewing its membership (last heard of ") for m in messages(caplog))
     caplog.clear()
     a.refresh()
     assert "no longer waited for" not in caplog.text  # once per change
@@ -489,7 +495,7 @@ def test_refresh_logs_joins_and_departures_and_fills_the_address_book(caplog: py
 def test_refresh_forgets_long_gone_members_and_sightings() -> None:
     dht = FakeDHT()
     a = membership(dht, liveness=3.0)
-    a.sightings.update({"gone": time.time() - 61.0, "recent": time.time() - 59.0})
+    a.sightings.update({"gone": time.time() - 60.5, "recent": time.time() - 59.5})
     a.refresh()
     assert set(a.sightings) == {"recent"}
     b = membership(FakeDHT(), liveness=4.0)  # forget after max(60, 20 x liveness) = 80 s
@@ -539,7 +545,7 @@ def test_a_failing_leave_announcement_is_only_logged(caplog: pytest.LogCaptureFi
     dht.hang = True
     with caplog.at_level(logging.DEBUG, logger="genrl_swarm.comm.hivemind_membership"):
         a.close()
-    assert f"{a.peer_id}: could not announce leaving: the DHT did not answer" in caplog.text
+    assert messages(caplog) == [f"{a.peer_id}: could not announce leaving: the DHT did not answer within 0.1s"]
 
 
 def test_the_loop_stops_when_the_dht_process_dies() -> None:
@@ -561,7 +567,7 @@ def test_a_failing_pass_of_the_loop_is_retried(caplog: pytest.LogCaptureFixture)
         dht.hang = False
         time.sleep(0.2)
         a.close(announce=False)
-    assert f"{a.peer_id}: membership update failed: TimeoutError: the DHT did not answer" in caplog.text
+    assert f"{a.peer_id}: membership update failed: TimeoutError: the DHT did not answer within 0.0s" in messages(caplog)
     assert a._published is not None
 
 
@@ -586,10 +592,116 @@ def test_a_stale_or_leaving_record_of_this_identity_does_not_block(caplog: pytes
     with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
         membership(dht, identity=me, liveness=0.3)._check_identity_free()  # not renewed: waits it out
     assert 0.25 < time.monotonic() - start < 2
-    assert f"{me.peer_id}: a membership record of this identity is 0." in caplog.text
+    (waited,) = messages(caplog)
+    assert re.fullmatch(rf"{me.peer_id}: a membership record of this identity is 0\.\ds old; waiting until it expires or is renewed", waited)
     old.publish(leaving=True)
     start = time.monotonic()
     membership(dht, identity=me, liveness=0.3)._check_identity_free()
     time.sleep(0.35)
     membership(dht, identity=me, liveness=0.3)._check_identity_free()  # now old as well
     assert time.monotonic() - start < 0.6
+
+
+def test_membership_thread_is_a_named_daemon() -> None:
+    """A daemon, so a peer that forgets close() still exits; named after the peer, so a stack dump
+    of a hung process says whose loop it is."""
+    a = membership(FakeDHT())
+    assert a._thread.daemon is True and a._thread.name == f"members-{a.peer_id[-6:]}"
+
+
+def test_read_skips_an_answer_item_without_a_value() -> None:
+    dht = FakeDHT()
+    a = membership(dht)
+    a.publish()
+    dht.data[a.key][Identity.generate().peer_id] = object()  # not an item hivemind would hand back
+    assert list(a.read()) == [a.peer_id]
+
+
+def test_tick_renews_only_when_due_or_when_the_round_changed() -> None:
+    dht, rounds = FakeDHT(), [4]
+    a = membership(dht, liveness=3.0, round_of=lambda: rounds[0])  # renew every 1 s
+    a.tick()  # never published: publishes now
+    assert len(dht.stores) == 1 and a._published[0] == 4
+    a.tick()
+    assert len(dht.stores) == 1  # fresh, same round: only read
+    a._published = (4, time.time() - 1.05)
+    a.tick()
+    assert len(dht.stores) == 2  # due
+    rounds[0] = 5
+    a.tick()
+    assert len(dht.stores) == 3 and a._published[0] == 5  # a new round is announced at once
+
+
+def signed_record(who: Identity, issued: float, leaving: bool = False) -> Any:
+    from genrl_swarm.comm.hivemind_members import MemberRecord
+
+    return MemberRecord("s", who.peer_id, 4, issued, issued + 3.0, (f"/ip4/127.0.0.1/tcp/1/p2p/{who.peer_id}",), 7, leaving)
+
+
+@pytest.mark.parametrize(("record_age", "sighting_age", "heard"), [(5.0, 4.0, 4.0), (5.0, 6.0, 5.0), (5.0, None, 5.0)])
+def test_a_quiet_member_is_reported_with_when_it_was_last_heard_of(
+    caplog: pytest.LogCaptureFixture, record_age: float, sighting_age: float | None, heard: float
+) -> None:
+    """Last heard of = the newer of its record and the last traffic seen from it."""
+    from genrl_swarm.comm.hivemind_members import MemberView
+
+    b = Identity.generate()
+    a = membership(FakeDHT(), liveness=3.0)
+    now = time.time()
+    a.view = MemberView({b.peer_id: signed_record(b, now - record_age)})
+    a._alive_logged = frozenset({b.peer_id})
+    if sighting_age is not None:
+        a.sightings[b.peer_id] = now - sighting_age
+    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
+        a.refresh()
+    (line,) = messages(caplog)
+    found = re.fullmatch(rf"{a.peer_id}: peer {b.peer_id} stopped renewing its membership \(last heard of (\d+\.\d)s ago\); no longer waited for", line)
+    assert found and abs(float(found.group(1)) - heard) < 0.35, line
+
+
+def test_a_member_forgotten_while_the_dht_was_unreachable_is_reported_without_an_age(caplog: pytest.LogCaptureFixture) -> None:
+    from genrl_swarm.comm.hivemind_members import MemberView
+
+    b = Identity.generate()
+    a = membership(FakeDHT(), liveness=0.1)  # forgotten after 60 s
+    a.view = MemberView({b.peer_id: signed_record(b, time.time() - 60.5)})
+    a._alive_logged = frozenset({b.peer_id})
+    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
+        a.refresh()
+    assert messages(caplog) == [f"{a.peer_id}: peer {b.peer_id} stopped renewing its membership; no longer waited for"]
+    assert a.view.records == {}
+
+
+def test_a_twin_without_addresses_is_named_as_such() -> None:
+    from genrl_swarm.comm.errors import SwarmFailure
+
+    dht, me = FakeDHT(), Identity.generate()
+    twin = membership(dht, identity=me, liveness=0.4, maddrs=[])
+    twin.publish()
+    renewing = threading.Timer(0.15, twin.publish)
+    renewing.start()
+    with pytest.raises(SwarmFailure, match=r"\(it renewed its membership from an unknown address\): stop that peer, or "):
+        membership(dht, identity=me, liveness=0.4)._check_identity_free()
+    renewing.join()
+
+
+def test_close_does_not_wait_for_a_stuck_loop_beyond_its_deadline() -> None:
+    """close() waits call_timeout + 1 s for the loop, not for whatever it is stuck in."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    def stuck_round() -> int:
+        entered.set()
+        release.wait(5)
+        return 4
+
+    a = membership(FakeDHT(), liveness=0.1, call_timeout=0.05, round_of=stuck_round)
+    a._thread.start()
+    try:
+        assert entered.wait(3)
+        start = time.monotonic()
+        a.close(announce=False)
+        assert time.monotonic() - start < 1.5
+    finally:
+        release.set()
+        a._thread.join(6)

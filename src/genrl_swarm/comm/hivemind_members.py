@@ -142,10 +142,9 @@ class MemberValidator:
 
 @dataclass(frozen=True)
 class MemberView:
-    """The newest valid record of every member seen, and when the view was read."""
+    """The newest valid record of every member seen."""
 
     records: Mapping[str, MemberRecord]
-    read_at: float
 
     def live(self, liveness_timeout: float, sightings: Mapping[str, float], now: float | None = None) -> dict[str, MemberRecord]:
         """Members that have not left and were heard of (a renewed record, or traffic in

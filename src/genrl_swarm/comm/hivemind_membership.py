@@ -44,7 +44,7 @@ class Membership:
         self.sightings = sightings
         self.key, self.peer_id = members_key(swarm), identity.peer_id
         self.incarnation = secrets.randbits(62)
-        self.view = MemberView({}, 0.0)  # replaced whole, never mutated: safe to read from any thread
+        self.view = MemberView({})  # replaced whole, never mutated: safe to read from any thread
         self.renew_every, self.read_every = liveness_timeout / 3, liveness_timeout / 4
         self._published: tuple[int, float] | None = None  # (round, issued) of the last record stored
         self._alive_logged: frozenset[str] = frozenset()
@@ -85,9 +85,9 @@ class Membership:
         found = self._call(lambda: self.dht.get(self.key, latest=True, return_future=True))
         if found is None or not isinstance(found.value, dict):
             return {}
-        now, records = time.time(), {}
+        records = {}
         for subkey, item in found.value.items():
-            record = open_member(getattr(item, "value", None), subkey, self.swarm, now)
+            record = open_member(getattr(item, "value", None), subkey, self.swarm)
             if record is not None:
                 records[record.peer] = record
         return records
@@ -95,7 +95,7 @@ class Membership:
     def refresh(self) -> None:
         now, forget = time.time(), max(60.0, 20 * self.liveness)  # long-gone members and strangers are forgotten
         merged = merge(self.view.records, self.read())
-        self.view = MemberView({p: r for p, r in merged.items() if now - r.issued < forget}, now)
+        self.view = MemberView({p: r for p, r in merged.items() if now - r.issued < forget})
         for peer, seen in list(self.sightings.items()):
             if now - seen > forget:
                 self.sightings.pop(peer, None)
@@ -104,23 +104,28 @@ class Membership:
             for peer in sorted(alive - self._alive_logged - {self.peer_id}):
                 log.info("%s: peer %s joined (round %d)", self.peer_id, peer, self.view.records[peer].round)
             for peer in sorted(self._alive_logged - alive):
+                # No record left means it was forgotten (the DHT was unreachable for a long time).
                 record = self.view.records.get(peer)
-                heard = max(record.issued, self.sightings.get(peer, 0.0)) if record else 0.0
-                quiet = f"stopped renewing its membership (last heard of {time.time() - heard:.1f}s ago)"
+                heard = max(record.issued if record else 0.0, self.sightings.get(peer, 0.0))
+                quiet = "stopped renewing its membership" + (f" (last heard of {now - heard:.1f}s ago)" if heard else "")
                 why = "left" if record is not None and record.leaving else quiet
                 log.warning("%s: peer %s %s; no longer waited for", self.peer_id, peer, why)
             self._alive_logged = alive
         self.book.update({p: r.maddrs for p, r in self.view.records.items() if p in alive})
+
+    def tick(self) -> None:
+        """One pass of the background loop: renew when due or when the round changed, then read."""
+        last = self._published
+        if last is None or time.time() - last[1] >= self.renew_every or self.round_of() != last[0]:
+            self.publish()
+        self.refresh()
 
     def _run(self) -> None:
         while not self._stop.wait(self.read_every):  # bounded: ends with close() or the DHT process
             if not self.dht.is_alive():
                 return
             try:
-                published = self._published or (-2, 0.0)
-                if time.time() - published[1] >= self.renew_every or self.round_of() != published[0]:
-                    self.publish()
-                self.refresh()
+                self.tick()
             except Exception as e:  # noqa: BLE001 - anything the DHT process sends back; the next pass retries
                 log.debug("%s: membership update failed: %s: %s", self.peer_id, type(e).__name__, e)
 
