@@ -48,7 +48,7 @@ def _blocks(text: str, opening: str, closing: str) -> list[str]:
 def _unfence(block: str) -> str:
     """Drop a Markdown code fence around JSON (```json ... ```), which small models add."""
     block = block.strip()
-    if block.startswith("```") and block.endswith("```") and len(block) >= 6:
+    if block.startswith("```") and block.endswith("```"):  # a lone ``` unfences to "", as invalid as itself
         block = block[3:-3]
         block = block[4:] if block.startswith("json") else block
     return block.strip()

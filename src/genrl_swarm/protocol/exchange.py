@@ -58,5 +58,5 @@ def collect(group: Ints, arrival: Floats, ok: Bools, needed: Ints, start: Floats
         end_needed[g[hit]] = t[hit]
         end_all[g[firsts]] = np.maximum.reduceat(t, firsts)
     end = np.maximum(start, np.minimum(deadline, np.minimum(end_needed, end_all)))
-    kept = ok & (arrival <= end[group]) if len(group) else np.zeros(0, dtype=bool)
+    kept = ok & (arrival <= end[group])  # no rows: an empty mask (group indexes end, even empty)
     return kept, end

@@ -21,7 +21,7 @@ import hashlib
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields as dataclass_fields
 from typing import Any
 
 from genrl_swarm.core.trust import LATE_WINDOW, SenderBook
@@ -150,7 +150,7 @@ def make_strategy(name: str, **params: Any) -> Strategy:
     if name not in STRATEGIES:
         raise ValueError(f"unknown exchange strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     cls = STRATEGIES[name]
-    fields = set(getattr(cls, "__dataclass_fields__", {}))
+    fields = {f.name for f in dataclass_fields(cls)}
     unknown = set(params) - fields
     if unknown:
         raise ValueError(f"strategy {name!r} takes {', '.join(sorted(fields)) or 'no parameters'}, not {', '.join(sorted(unknown))}")
