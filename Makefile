@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent
+EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,async
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo demo-bandit demo-marl demo-agent test bench mutation install clean
@@ -29,11 +29,11 @@ $(STAMP): $(BIN)/python pyproject.toml Makefile
 
 install: $(STAMP)
 
-# The LLM swarm: 2 peers post-train SmolLM2-135M-Instruct with GRPO on Reasoning Gym arithmetic.
-DEMO_ARGS ?= 'data.datasets=[basic_arithmetic]' '+data.dataset_config.basic_arithmetic={max_terms: 2, max_digits: 1}' \
-             game.max_rounds=6 game.eval_every=3 run.dir=runs/demo
+# The LLM swarm: 2 peers post-train SmolLM2-135M-Instruct with GRPO on one-digit arithmetic (recipe
+# reasoning_gym/digits), sharing rollouts; greedy held-out accuracy and format before training and every 4 rounds.
+DEMO_ARGS ?= game.max_rounds=12 game.eval_every=4 run.dir=runs/demo
 demo: $(STAMP)
-	$(BIN)/genrl-swarm run --recipe reasoning_gym $(DEMO_ARGS)
+	$(BIN)/python -m genrl_swarm.games.reasoning_gym.demo --recipe reasoning_gym/digits $(DEMO_ARGS)
 	@echo "dashboard: $(BIN)/genrl-swarm dashboard --run-dir runs/demo   (then open http://127.0.0.1:8050/)"
 
 # The small non-language game: 3 peers, seconds on a CPU.

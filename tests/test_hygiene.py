@@ -28,6 +28,7 @@ EXTRAS = {
     "marl": {"jax", "jaxlib", "flax", "optax", "distrax", "jumanji", "chex"},
     "dashboard": {"starlette", "uvicorn", "playwright"},
     "agent": {"grpc"},
+    "async": {"ray"},
 }
 EXTRA_OF = {package: extra for extra, packages in EXTRAS.items() for package in packages}
 OPTIONAL = frozenset(EXTRA_OF)

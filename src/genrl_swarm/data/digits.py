@@ -1,0 +1,60 @@
+"""One-digit arithmetic (a + b, a - b with a >= b, a * b): a task a 135M model half solves.
+
+Why this task: on a CPU a learning benchmark gets a few dozen small GRPO steps. SmolLM2-135M
+answers greedy one-digit problems right about half the time (often it talks past a short
+completion budget before stating the number), so held-out accuracy starts well below its
+ceiling and can move within minutes. Reasoning Gym's arithmetic at the demo's sizes starts at 0.
+
+The 255 distinct problems are split once, by the swarm seed: ``eval_size`` of them form the
+held-out split and are never served in a round, so evaluation measures problems the peers
+never trained on.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from genrl_swarm.core import DataManager, Task
+from genrl_swarm.data.reasoning_gym import stable_seed
+
+OPS = ("+", "-", "*")
+
+
+def problems(ops: Sequence[str] = OPS) -> list[tuple[int, str, int]]:
+    """Every (a, op, b) with one-digit operands; subtraction only with a >= b (no negatives)."""
+    unknown = set(ops) - set(OPS)
+    if unknown or not ops:
+        raise ValueError(f"ops must be a non-empty subset of {OPS}, got {list(ops)}")
+    return [(a, op, b) for op in OPS if op in ops for a in range(10) for b in range(10) if op != "-" or a >= b]
+
+
+def solve(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def make_task(a: int, op: str, b: int) -> Task:
+    """The question is the whole prompt; the answer stays in the task's private part."""
+    return Task.create(f"What is {a} {op} {b}?", answer=str(solve(a, op, b)), public={"dataset": "digits"}, dataset="digits")
+
+
+class DigitArithmeticData(DataManager):
+    """Each round serves ``tasks_per_round`` training problems drawn (without repeats within the
+    round) from a seed of (swarm seed, round): peers sharing the seed get the same questions."""
+
+    def __init__(self, tasks_per_round: int = 4, eval_size: int = 48, seed: int = 0, ops: Sequence[str] = OPS) -> None:
+        universe = problems(ops)
+        if tasks_per_round < 1 or not 0 <= eval_size <= len(universe) - tasks_per_round:
+            raise ValueError(f"need tasks_per_round >= 1 and 0 <= eval_size <= {len(universe)} - tasks_per_round, "
+                             f"got {tasks_per_round} and {eval_size}")  # fmt: skip
+        random.Random(stable_seed(seed, "digits-split")).shuffle(universe)
+        self.tasks_per_round, self.seed = tasks_per_round, seed
+        self._eval = [make_task(*p) for p in universe[:eval_size]]
+        self._train = universe[eval_size:]
+
+    def round_tasks(self, round: int) -> list[Task]:
+        rng = random.Random(stable_seed(self.seed, "digits-round", round))
+        return [make_task(*p) for p in rng.sample(self._train, self.tasks_per_round)]
+
+    def eval_tasks(self) -> list[Task]:
+        return list(self._eval)

@@ -1,0 +1,93 @@
+"""Held-out evaluation: accuracy and format are scored apart, greedily, at the right rounds."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from genrl_swarm.core import Body, StageInput, Task
+from genrl_swarm.core.types import RoundResult
+from genrl_swarm.games.reasoning_gym.heldout import HeldOutEval, Score, evaluate, score_texts
+
+from conftest import Echo, echo
+
+TASKS = [Task.create("What is 2 + 2?", answer="4"), Task.create("What is 3 * 3?", answer="9")]
+
+
+class Scripted:
+    """A policy that replies from a script per prompt and records whether it was asked greedily."""
+
+    def __init__(self, replies: dict[str, str]) -> None:
+        self.replies = replies
+        self.greedy: list[bool] = []
+
+    def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
+        self.greedy.append(greedy)
+        return [echo(i, self.replies[i.prompt]) for i in inputs]
+
+    def texts(self, body: Body) -> tuple[str, ...]:
+        assert isinstance(body, Echo)
+        return body.outputs
+
+
+def test_accuracy_and_format_are_separate() -> None:
+    # right and untagged; wrong but well formatted
+    assert score_texts(TASKS, ["2 + 2 = 4", "<answer>8</answer>"]) == Score(0.5, 0.5, 2)
+    assert score_texts(TASKS, ["<answer>4</answer>", "<answer>9</answer>"]) == Score(1.0, 1.0, 2)
+    assert score_texts(TASKS, ["four", "The answer is 9."]) == Score(0.5, 0.0, 2)
+    assert score_texts([], []).n == 0
+    with pytest.raises(ValueError, match="2 tasks but 1"):
+        score_texts(TASKS, ["4"])
+
+
+def test_evaluation_is_greedy() -> None:
+    policy = Scripted({"What is 2 + 2?": "4", "What is 3 * 3?": "6"})
+    assert evaluate(policy, TASKS).accuracy == 0.5  # type: ignore[arg-type]
+    assert policy.greedy == [True]
+
+
+def manager(peer: str, replies: dict[str, str]) -> Any:
+    return SimpleNamespace(peer_id=peer, policy=Scripted(replies), data=SimpleNamespace(eval_tasks=lambda: TASKS))
+
+
+def test_hook_scores_before_every_n_rounds_and_the_last() -> None:
+    out = io.StringIO()
+    hook = HeldOutEval(every=2, max_rounds=5, peers=2, stream=out)
+    a = manager("a", {"What is 2 + 2?": "4", "What is 3 * 3?": "9"})
+    b = manager("b", {"What is 2 + 2?": "4", "What is 3 * 3?": "<answer>1</answer>"})
+    hook.before(a)
+    for r in range(5):
+        for m in (a, b):
+            hook(m, RoundResult(r, m.peer_id, {}, ()))
+    assert [rounds for rounds, _ in hook.scores["a"]] == [0, 2, 4, 5]
+    assert [rounds for rounds, _ in hook.scores["b"]] == [2, 4, 5]
+    assert hook.table() == [(0, 1.0, 0.0), (2, 0.75, 0.25), (4, 0.75, 0.25), (5, 0.75, 0.25)]  # exact in binary
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("held-out after 2 rounds") and "accuracy 0.750, format 0.250" in lines[0]
+
+
+def test_hook_with_every_zero_scores_only_after_the_last_round() -> None:
+    hook = HeldOutEval(every=0, max_rounds=3)
+    a = manager("a", {"What is 2 + 2?": "4", "What is 3 * 3?": "9"})
+    for r in range(3):
+        hook(a, RoundResult(r, "a", {}, ()))
+    assert [rounds for rounds, _ in hook.scores["a"]] == [3]
+
+
+def test_demo_prints_held_out_accuracy_before_and_after_training(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from genrl_swarm.games.reasoning_gym import demo
+
+    overrides = ["policy.model=tiny-random", "swarm.num_peers=1", "game.max_rounds=2", "game.eval_every=1", "data.eval_size=4", "policy.sampling.max_new_tokens=3",
+                 "policy.sampling.num_generations=2", f"run.dir={tmp_path}", "run.tensorboard=false", "run.plot=false"]  # fmt: skip
+    assert demo.main(overrides) == 0
+    out = capsys.readouterr().out
+    assert "held-out before training (greedy, 4 problems never served in a round)" in out
+    assert "held-out after 1 rounds" in out and "held-out after 2 rounds" in out
+    rows = [line.split() for line in out.split("rounds trained")[1].splitlines()[1:4]]
+    assert [r[0] for r in rows] == ["0", "1", "2"] and all(0 <= float(x) <= 1 for r in rows for x in r[1:])
+    assert (tmp_path / "peer-0" / "metrics.jsonl").is_file()
+    assert demo.main(["game.max_rounds=-1"]) == 2
