@@ -264,7 +264,7 @@ def test_learner_trains_on_exactly_the_sampled_ids(monkeypatch: pytest.MonkeyPat
     import genrl_swarm.trainers.grpo as grpo
 
     policy = make(seed=3)
-    learner = GRPOLearner(policy, {"micro_batch_size": 16})
+    learner = GRPOLearner(policy, {"micro_batch_size": 16, "shared_prefix": False})  # full sequences; prefix path: test_grpo_speed.py
     ins = inputs()
     bodies = [*policy.rollouts(ins[:2]), handmade(policy, ins[2])]
     fed: list[list[int]] = []

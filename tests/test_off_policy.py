@@ -92,7 +92,11 @@ def gradient(mode: str, shift: tuple[float, float]) -> tuple[torch.Tensor, dict[
     """One update on two completions (rewards 1, 0) whose behaviour log-probs are the learner's
     own minus ``shift`` (0: on-policy; 5: a behaviour policy far less likely than ours)."""
     p = policy()
-    learner = GRPOLearner(p, {"off_policy": mode, "is_cap": 2.0, "max_grad_norm": 1e9, "learning_rate": 0.0, "num_external": 1})
+    # The plain per-sequence path: its log-probs are bitwise those of token_logps (own_logprobs),
+    # which the 1e-8 tolerances below rely on; the shared-prefix path is checked against it in
+    # tests/test_grpo_speed.py.
+    learner = GRPOLearner(p, {"off_policy": mode, "is_cap": 2.0, "max_grad_norm": 1e9, "learning_rate": 0.0, "num_external": 1,
+                              "shared_prefix": False})
     inp = Task.create("Calculate 3 + 4.").input(0)
     body = TokenRollout(inp.task_id, inp.digest, tuple(p.prompt_ids(inp)),
                         (TokenSample((40, 41, 42), (-1.0,) * 3, "length"), TokenSample((50, 51, 52), (-1.0,) * 3, "length")),
@@ -139,7 +143,8 @@ def test_sampled_behaviour_logprobs_match_the_learners_own(temperature: float) -
 @pytest.mark.parametrize("epochs, forwards", [(1, 1), (2, 3)])
 def test_proximal_logprobs_need_a_forward_only_for_several_epochs(epochs: int, forwards: int) -> None:
     p = policy()
-    learner = GRPOLearner(p, {"num_epochs": epochs, "micro_batch_size": 64, "learning_rate": 1e-2})
+    # Counts full-model forwards: the plain path (the shared-prefix one is counted in test_grpo_speed.py).
+    learner = GRPOLearner(p, {"num_epochs": epochs, "micro_batch_size": 64, "learning_rate": 1e-2, "shared_prefix": False})
     calls: list[int] = []
     hook = p.model.register_forward_pre_hook(lambda *a: calls.append(1))
     try:

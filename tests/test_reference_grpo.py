@@ -1,8 +1,11 @@
 """The GRPO learner against plain, obviously-correct computations.
 
-The learner's fast path packs left-padded prompt+completion sequences into micro-batches, runs
-the LM head only over the completion positions, accumulates gradients over micro-batches and
-reuses stored proximal log-probs over several epochs. The reference here does none of that:
+The learner's default path forwards each distinct prompt once and its completions against the
+prompt's keys/values (trainers/prefix.py: shared prefix, length buckets, fused log-prob gather;
+micro-batch sizes 3 and 2 below cut the completions into several chunks and the prompts into
+several batches); its plain path packs left-padded prompt+completion sequences into
+micro-batches. Both run the LM head only over the completion positions, accumulate gradients
+over micro-batches and reuse stored proximal log-probs over several epochs. The reference here does none of that:
 one unpadded forward per sequence, ``log_softmax`` + gather, the clipped surrogate written out
 token by token, advantages by hand. Both must give the same gradient at every epoch (with
 clipping active and ratios away from 1 after the first), and the optimizer must apply exactly
@@ -123,13 +126,16 @@ CONFIGS = [
      "scale_rewards": "group", "learning_rate": 3e-3, "weight_decay": 0.0, "warmup_steps": 0},
     {"num_epochs": 2, "micro_batch_size": 2, "loss_aggregation": "sequence", "off_policy": "decoupled", "beta": 0.1,
      "scale_rewards": "batch", "learning_rate": 3e-3, "weight_decay": 0.1, "warmup_steps": 2, "epsilon_high": 0.1},
+    # The plain per-sequence path (left-padded full sequences), which the two above no longer take.
+    {"num_epochs": 3, "micro_batch_size": 3, "loss_aggregation": "token", "off_policy": "tis", "beta": 0.0,
+     "scale_rewards": "group", "learning_rate": 3e-3, "weight_decay": 0.0, "warmup_steps": 0, "shared_prefix": False},
 ]  # fmt: skip
 REWARDS = [(1.0, 0.0, 0.0, 1.0), (1.0, 1.0, 1.0, 1.0), (0.0, 0.5, 1.0, 2.0)]  # the middle group carries no signal
 #: behaviour = the sampler's log-prob minus this, per token (weights e^0, e^.3, e^1 > cap 2).
 SHIFTS = (0.0, 0.3, 1.0)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["token-tis-3-epochs", "sequence-decoupled-kl-warmup"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["token-tis-3-epochs", "sequence-decoupled-kl-warmup", "plain-path-token-tis"])
 def test_learner_update_equals_a_plain_per_sequence_update(policy: LMPolicy, bodies: list[TokenRollout], cfg: dict[str, Any]) -> None:
     cfg = {"epsilon_low": 0.2, "epsilon_high": 0.28, "is_cap": 2.0, "max_grad_norm": 0.5} | cfg
     temperature = policy.sampling.temperature

@@ -9,6 +9,13 @@ micro-batches, clipping, AdamW with linear warmup.
 The learner trains on exactly the ids in the bodies: the prompt ids (which ``LMPolicy.check``
 compared with this peer's own) followed by each sample's completion ids, nothing re-tokenized,
 no EOS appended. The loss mask is each completion's length.
+
+Speed (each a ``GRPOConfig`` switch, measured on/off in benchmarks/bench_grpo_vs_trl.py):
+``shared_prefix`` forwards each group's prompt once (trainers/prefix.py), ``bucket`` keeps
+padding out of micro-batches, ``fused_logprobs`` gathers log-probs without a float32
+[tokens, vocab] tensor (trainers/logprobs.py), ``precision`` runs matmuls in bf16 over float32
+master weights (trainers/precision.py). A subclass that overrides ``collate`` (its own mask)
+keeps the plain per-sequence path, which is also the reference the tests compare against.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import torch
 from genrl_swarm.core import GameState, Learner, RoundRewards, ScoredRollout, TokenRollout, Weights
 from genrl_swarm.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
 from genrl_swarm.trainers.grpo_loss import Aggregation, OffPolicy, Scale, group_advantages, grpo_loss
+from genrl_swarm.trainers.precision import Precision, autocast, compute_dtype
+from genrl_swarm.trainers.prefix import Chunk, Chunking, PrefixBatch, SharedPrefixForward, group_by_prompt
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
 
@@ -48,6 +57,14 @@ class GRPOConfig:
     num_external: int = 0  # swarm rollouts trained on per round (SAPO)
     off_policy: OffPolicy = "tis"  # correction for rollouts sampled by another policy
     is_cap: float = 2.0  # importance-weight truncation (tis) / masking threshold (decoupled)
+    # Speed levers (same gradients up to float rounding; see the module docstring).
+    shared_prefix: bool = True  # forward/backward each group's prompt once, not once per completion
+    bucket: bool = True  # sort by length into micro-batches with at most max_padding padded positions
+    max_padding: float = 0.25
+    fused_logprobs: bool = True  # chunked logsumexp + gather, no [tokens, vocab] float32 tensor
+    # float32 | bfloat16 (autocast, float32 master weights) | auto: bf16 when the hardware has it
+    # natively *and* the policy samples in bf16, so that on-policy weights pi/mu stay exactly 1.
+    precision: Precision = "auto"
 
     def __post_init__(self) -> None:
         for name, ok, rule in (
@@ -62,6 +79,8 @@ class GRPOConfig:
             ("is_cap", self.is_cap >= 1, ">= 1"),
             ("scale_rewards", self.scale_rewards in ("group", "batch", "none"), "group, batch or none"),
             ("loss_aggregation", self.loss_aggregation in ("token", "sequence"), "token or sequence"),
+            ("max_padding", 0 <= self.max_padding <= 1, "in [0, 1]"),
+            ("precision", self.precision in ("auto", "float32", "bfloat16"), "auto, float32 or bfloat16"),
         ):
             if not ok:
                 raise ValueError(f"grpo.{name} must be {rule}, got {getattr(self, name)!r}")
@@ -93,6 +112,20 @@ class Sample:
     completion_ids: Sequence[int]
     logprobs: Sequence[float]
     advantage: float
+
+
+def sampler_dtype(policy: LMPolicy) -> torch.dtype:
+    """The precision the policy samples in: its sampling config's ``dtype``/``precision`` if it
+    has one, else its weights' dtype."""
+    for name in ("dtype", "precision"):
+        value = getattr(policy.sampling, name, None)
+        if value in ("bfloat16", "bf16", torch.bfloat16):
+            return torch.bfloat16
+    return next(policy.model.parameters()).dtype
+
+
+def _loss_units(units: Sequence[Batch | PrefixBatch]) -> list[Batch | Chunk]:
+    return [c for u in units for c in (u.chunks if isinstance(u, PrefixBatch) else [u])]
 
 
 class GRPOLearner(Learner):
@@ -164,36 +197,66 @@ class GRPOLearner(Learner):
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
     # ------------------------------------------------------------------ training
+    def compute_dtype(self) -> torch.dtype:
+        """The forward/backward matmul precision (parameters and optimiser stay float32)."""
+        device_type = torch.device(self.device).type
+        if self.cfg.precision != "auto":
+            return compute_dtype(self.cfg.precision, device_type)
+        return compute_dtype("auto", device_type) if sampler_dtype(self.policy) == torch.bfloat16 else torch.float32
+
+    def uses_shared_prefix(self) -> bool:
+        """Shared prompts need the plain sequence layout: a subclass with its own ``collate``
+        (AgentLearner's holed masks) keeps the per-sequence path."""
+        return self.cfg.shared_prefix and type(self).collate is GRPOLearner.collate and hasattr(self.model, "get_decoder")
+
+    def units(self, samples: Sequence[Sample]) -> list[Batch | PrefixBatch]:
+        """What one forward/backward covers: a prompt group (shared prefix) or a micro-batch."""
+        size = self.cfg.micro_batch_size
+        if self.uses_shared_prefix():
+            return list(group_by_prompt(samples, Chunking(size, self.cfg.bucket, self.cfg.max_padding), self.pad_id, self.device))
+        if self.cfg.bucket:
+            samples = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))  # less padding per micro-batch
+        return [self.collate(samples[i : i + size]) for i in range(0, len(samples), size)]
+
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
         samples = self.samples(self.select(state, rewards))
         if not samples:
             return {"train/sequences": 0.0}
-        samples.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids))  # less padding per micro-batch
-        size = self.cfg.micro_batch_size
-        batches = [self.collate(samples[i : i + size]) for i in range(0, len(samples), size)]
+        units = self.units(samples)
+        dtype = self.compute_dtype()
+        prefix = SharedPrefixForward(self.policy.sampling.temperature, self.cfg.fused_logprobs, dtype)
         self.model.train()
-        self._store_logps(batches)
-        total_tokens = float(sum(b.completion_mask.sum() for b in batches))
+        self._store_logps(units, prefix, dtype)
+        total_tokens = float(sum(float(c.completion_mask.sum()) for c in _loss_units(units)))
         sums = {k: 0.0 for k in ("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl")}
-        loss_sum, is_max, grad_norm = 0.0, 0.0, 0.0
+        acc = {"loss": 0.0, "is_max": 0.0}
         params = [p for p in self.model.parameters() if p.requires_grad]
+
+        def loss_of(logp: torch.Tensor, unit: Batch | Chunk) -> torch.Tensor:
+            # Proximal policy: the weights before this update. With one epoch that is the
+            # current forward, detached (no extra pass); later epochs need the stored copy.
+            prox = unit.prox_logp if unit.prox_logp is not None else logp.detach()
+            loss, s = grpo_loss(
+                logp, prox, unit.advantages, unit.completion_mask, self.cfg.epsilon_low, self.cfg.epsilon_high,
+                self.cfg.beta, unit.ref_logp, self.cfg.loss_aggregation, total_tokens, float(len(samples)),
+                unit.behaviour_logp, self.cfg.off_policy, self.cfg.is_cap,
+            )  # fmt: skip
+            acc["loss"] += float(loss.detach())
+            for k in sums:
+                sums[k] += s[k] * s["tokens"]
+            acc["is_max"] = max(acc["is_max"], s["is_weight_max"])
+            return loss
+
+        grad_norm = 0.0
         for _ in range(self.cfg.num_epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for batch in batches:
-                logp = self.token_logps(self.model, batch)
-                # Proximal policy: the weights before this update. With one epoch that is the
-                # current forward, detached (no extra pass); later epochs need the stored copy.
-                prox = batch.prox_logp if batch.prox_logp is not None else logp.detach()
-                loss, s = grpo_loss(
-                    logp, prox, batch.advantages, batch.completion_mask, self.cfg.epsilon_low, self.cfg.epsilon_high,
-                    self.cfg.beta, batch.ref_logp, self.cfg.loss_aggregation, total_tokens, float(len(samples)),
-                    batch.behaviour_logp, self.cfg.off_policy, self.cfg.is_cap,
-                )  # fmt: skip
-                loss.backward()
-                loss_sum += float(loss.detach())
-                for k in sums:
-                    sums[k] += s[k] * s["tokens"]
-                is_max = max(is_max, s["is_weight_max"])
+            for unit in units:
+                if isinstance(unit, PrefixBatch):
+                    prefix.backward(self.model, unit, loss_of)
+                    continue
+                with autocast(dtype, torch.device(self.device).type):
+                    logp = self.token_logps(self.model, unit)
+                loss_of(logp, unit).backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm))
             self.optimizer.step()
             self.scheduler.step()
@@ -201,18 +264,24 @@ class GRPOLearner(Learner):
         self.version += 1
         seen = total_tokens * self.cfg.num_epochs
         metrics = {k: v / max(seen, 1.0) for k, v in sums.items()}
-        metrics |= {"loss": loss_sum / self.cfg.num_epochs, "is_weight_max": is_max, "grad_norm": grad_norm}
+        metrics |= {"loss": acc["loss"] / self.cfg.num_epochs, "is_weight_max": acc["is_max"], "grad_norm": grad_norm}
         return {f"train/{k}": v for k, v in sorted(metrics.items())} | {"train/sequences": float(len(samples))}
 
     @torch.no_grad()
-    def _store_logps(self, batches: Sequence[Batch]) -> None:
+    def _store_logps(self, units: Sequence[Batch | PrefixBatch], prefix: SharedPrefixForward, dtype: torch.dtype) -> None:
         """Proximal log-probs only when a batch is reused (epochs > 1); the reference's only when
         beta > 0. With one epoch the detached current log-probs serve, saving a forward pass."""
-        for batch in batches:
-            if self.cfg.num_epochs > 1:
-                batch.prox_logp = self.token_logps(self.model, batch)
-            if self.reference is not None:
-                batch.ref_logp = self.token_logps(self.reference, batch)
+        models = {"prox_logp": self.model if self.cfg.num_epochs > 1 else None, "ref_logp": self.reference}
+        for name, model in models.items():
+            if model is None:
+                continue
+            for unit in units:
+                if isinstance(unit, PrefixBatch):
+                    for chunk, logp in zip(unit.chunks, prefix.logps(model, unit), strict=True):
+                        setattr(chunk, name, logp)
+                    continue
+                with autocast(dtype, torch.device(self.device).type):
+                    setattr(unit, name, self.token_logps(model, unit))
 
     def weights(self) -> Weights:
         return Weights(self.version, self.model)
