@@ -24,6 +24,7 @@ import copy
 import os
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,10 +74,9 @@ class Split:
 
 
 # --------------------------------------------------------------------------- ours
-def make_policy(a: argparse.Namespace, sampler_dtype: str = "float32") -> LMPolicy:
+def make_policy(a: argparse.Namespace, sampler: Mapping[str, Any] | None = None) -> LMPolicy:
     torch.manual_seed(0)
-    sampling = {"num_generations": a.generations, "max_new_tokens": a.max_new_tokens, "dtype": sampler_dtype}
-    return LMPolicy(a.model, sampling)
+    return LMPolicy(a.model, {"num_generations": a.generations, "max_new_tokens": a.max_new_tokens, **(sampler or {})})
 
 
 def scored_round(policy: LMPolicy, inputs: list[Any], step: int) -> RoundRewards:
@@ -87,10 +87,10 @@ def scored_round(policy: LMPolicy, inputs: list[Any], step: int) -> RoundRewards
     return RoundRewards(step, tuple(scored))
 
 
-def ours(a: argparse.Namespace, questions: list[str], cfg: dict[str, Any], sampler_dtype: str) -> Split:
+def ours(a: argparse.Namespace, questions: list[str], cfg: dict[str, Any], sampler: Mapping[str, Any]) -> Split:
     """One step = the policy samples, this peer scores the decoded texts, the learner updates the
     shared module and the policy takes the new version (what the game loop does per round)."""
-    policy = make_policy(a, sampler_dtype)
+    policy = make_policy(a, sampler)
     learner = GRPOLearner(policy, {"learning_rate": 1e-5, "micro_batch_size": a.prompts * a.generations} | cfg)
     inputs = [Task.create(q).input(0) for q in questions]
     split = Split()
@@ -221,6 +221,7 @@ def main() -> None:
     p.add_argument("--lever-reps", type=int, default=3, help="measured updates per lever (after 1 warm-up; best is kept)")
     p.add_argument("--lever-rows", type=int, default=len(LEVERS), help="measure only the first N lever rows")
     p.add_argument("--skip", default="", help="comma list of sections to skip: levers,trl,ours")
+    p.add_argument("--arms", default="", help="comma list of substrings: run only the end-to-end arms whose name has one")
     a = p.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     questions = [f"Calculate {i} + {2 * i}." for i in range(a.prompts)]
@@ -233,16 +234,21 @@ def main() -> None:
         rows = levers(a, questions, limits)
         print(f"\nUpdate levers (one fixed batch, best of {a.lever_reps}; {load()})")
         print(table(["learner", "update s", "speedup", "completions/s", "padding", "GFLOP", "of matmul limit"], rows))
-    arms: dict[str, Split] = {}
-    if "trl" not in skip:
-        arms["TRL fp32, grad ckpt on (TRL default)"] = trl(a, questions, bf16=False, checkpointing=True)
-        arms["TRL fp32, grad ckpt off"] = trl(a, questions, bf16=False, checkpointing=False)
-        arms["TRL bf16=True (autocast), grad ckpt off"] = trl(a, questions, bf16=True, checkpointing=False)
-        arms["TRL pure bf16 model, grad ckpt off"] = trl(a, questions, bf16=True, checkpointing=False, model_dtype="bfloat16")
-    if "ours" not in skip:
-        arms["ours: main learner (plain fp32)"] = ours(a, questions, PLAIN, "float32")
-        arms["ours: all levers, fp32 sampler"] = ours(a, questions, ALL, "float32")
-        arms["ours: all levers, bf16 sampler"] = ours(a, questions, ALL, "bfloat16")
+    runs: dict[str, Callable[[], Split]] = {
+        "TRL fp32, grad ckpt on (TRL default)": lambda: trl(a, questions, bf16=False, checkpointing=True),
+        "TRL fp32, grad ckpt off": lambda: trl(a, questions, bf16=False, checkpointing=False),
+        "TRL bf16=True (autocast), grad ckpt off": lambda: trl(a, questions, bf16=True, checkpointing=False),
+        "TRL pure bf16 model, grad ckpt off": lambda: trl(a, questions, bf16=True, checkpointing=False, model_dtype="bfloat16"),
+        "ours: main learner (plain fp32)": lambda: ours(a, questions, PLAIN, {}),
+        "ours: all levers, fp32 sampler": lambda: ours(a, questions, ALL, {}),
+        "ours: all levers, bf16 sampler": lambda: ours(a, questions, ALL, {"dtype": "bfloat16"}),
+        "ours: all levers, bf16 static-KV sampler, 1 sampling thread": lambda: ours(
+            a, questions, ALL, {"dtype": "bfloat16", "kv_cache": "static", "threads": 1}
+        ),
+    }
+    chosen = [k for k in runs if (not a.arms or any(w in k for w in a.arms.split(",")))
+              and not ("trl" in skip and k.startswith("TRL")) and not ("ours" in skip and k.startswith("ours"))]  # fmt: skip
+    arms = {k: runs[k]() for k in chosen}
     if arms:
         trl_arms = {k: v for k, v in arms.items() if k.startswith("TRL")}
         rate = lambda s: completions / (sum(s.gen) / len(s.gen) + sum(s.update) / len(s.update))  # noqa: E731
