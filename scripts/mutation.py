@@ -84,7 +84,7 @@ GROUPS: dict[str, Group] = {
     "async": Group(
         ("src/genrl_swarm/async_grpo/buffer.py", "src/genrl_swarm/async_grpo/staleness.py",
          "src/genrl_swarm/async_grpo/config.py"),
-        ("tests/test_async_units.py",),
+        ("tests/test_async_units.py", "tests/test_async_rules.py"),
     ),
 }
 
