@@ -91,7 +91,8 @@ def run_async(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[s
     wall = time.perf_counter() - start
     idle, _ = pipe.learner_times()
     gens = [e for e in pipe.events if e.kind == "generate" and e.time >= start - pipe._clock]
-    curve = [(t, statistics.mean(e.mean_reward for e in gens if e.time <= t + (start - pipe._clock)) if gens else 0.0) for t, _ in curve]
+    seen = lambda t: [e.mean_reward for e in gens if e.time <= t + (start - pipe._clock)]  # noqa: E731
+    curve = [(t, statistics.mean(seen(t))) for t, _ in curve if seen(t)]  # an update may come before the first new generation
     stats = pipe.buffer.stats
     done = pipe.counters.completions - c0
     out = {"mode": f"ray {a.workers}w", "s": max_staleness, "completions": done, "wall": wall, "idle": (idle - i0) / wall,

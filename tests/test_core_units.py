@@ -1062,3 +1062,9 @@ def test_each_round_is_reported_then_finished_then_hooked() -> None:
     hooks = Hooks(after_round=[lambda m, res: order.append(f"hook r{res.round}")])
     GameManager(game, game, game, game, NullBackend("me"), Referee(settle_wait=0), GameConfig(max_rounds=2), hooks).run()
     assert order == ["report r0", "finish r0", "hook r0", "report r1", "finish r1", "hook r1"]
+
+
+def test_a_learner_acts_with_the_policy_it_trains_unless_it_says_otherwise() -> None:
+    """The launcher asks the learner which policy the game acts with; by default, the same one."""
+    game, other = RecordingGame([]), RecordingGame([])
+    assert game.acting_policy(other) is other

@@ -43,6 +43,7 @@ class PipelineConfig:
     task_offset: int = 1_000_000  # workers draw data.round_tasks(task_offset + k): apart from the game's rounds
     timeout: float = 600.0  # seconds any single Ray call may block
     model: str | None = None  # the workers' model when it differs from the peer's path (a cluster)
+    act_on_workers: bool = True  # the game's own rounds (what the peer shares) are sampled on the workers
 
     def __post_init__(self) -> None:
         _check("pipeline", (

@@ -1,7 +1,8 @@
 """AsyncGRPOLearner: the Ray pipeline behind the game's Learner interface (``trainer=async_grpo``).
 
-The game loop stays as it is: each round the peer acts with its newest weights, exchanges with
-the swarm and scores locally. ``train`` does not train: it writes the round's scored groups, own
+The game loop stays as it is: each round the peer acts (on a rollout worker with
+``pipeline.act_on_workers``, else itself) with the newest weights, exchanges with the swarm and
+scores locally. ``train`` does not train: it writes the round's scored groups, own
 and the swarm's, into the pipeline's buffer (the swarm's arrive as they come, like the workers'
 generations) and returns the metrics of the updates the learner actor finished meanwhile;
 ``weights`` copies the newest published weights into the peer's policy. Between rounds the
@@ -21,7 +22,7 @@ from typing import Any
 
 from genrl_swarm.async_grpo.buffer import Group
 from genrl_swarm.async_grpo.config import PipelineConfig, RayConfig
-from genrl_swarm.core import DataManager, GameState, Learner, RewardManager, RoundRewards, TokenRollout, Weights
+from genrl_swarm.core import DataManager, GameState, Learner, Policy, RewardManager, RoundRewards, TokenRollout, Weights
 from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.trainers.grpo import GRPOConfig
 
@@ -93,6 +94,14 @@ class AsyncGRPOLearner(Learner):
             groups.append(Group(body, s.rewards, version, "peer" if own else s.rollout.peer_id, not own, s.rollout.texts))
         self.pipe.put(groups)
         return self.pipe.latest_metrics() | {"async/put_groups": float(len(groups))}
+
+    def acting_policy(self, policy: Policy) -> Policy:
+        """With ``pipeline.act_on_workers`` and workers, the game's rounds are sampled on them."""
+        if not (self.cfg.act_on_workers and self.cfg.num_workers) or not isinstance(policy, LMPolicy):
+            return policy
+        from genrl_swarm.async_grpo.acting import WorkerPolicy
+
+        return WorkerPolicy(policy, self.pipe)
 
     def weights(self) -> Weights:
         """The newest published weights, copied into the peer's policy (handed back as its module)."""

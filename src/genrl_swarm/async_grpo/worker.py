@@ -19,7 +19,7 @@ import torch
 
 from genrl_swarm.async_grpo.buffer import Group
 from genrl_swarm.async_grpo.weight_sync import State, export_state, fetch, import_state
-from genrl_swarm.core import DataManager, RewardManager, Rollout
+from genrl_swarm.core import DataManager, RewardManager, Rollout, StageInput, TokenRollout
 from genrl_swarm.lm.policy import LMPolicy
 
 #: Added to a restarted worker's sampling seed, so it does not replay the draws it made before.
@@ -68,11 +68,21 @@ class RolloutWorker:
         """This replica's trainable tensors (to check weight sync)."""
         return export_state(self.policy.model)
 
-    def step(self, draw: int, version: int, box: list[Any]) -> StepResult:
-        """Generate and score ``data.round_tasks(draw)`` with weights ``version`` (in ``box``)."""
+    def _catch_up(self, version: int, box: list[Any]) -> None:
+        """Load the published weights ``version`` (in ``box``) if this replica is behind them."""
         if version > self.policy.version and box:
             import_state(self.policy.model, fetch(box, self.timeout))
             self.policy.version = version
+
+    def act(self, inputs: list[StageInput], version: int, box: list[Any]) -> list[TokenRollout]:
+        """The game's round on this replica: the peer's own inputs, sampled with the newest
+        weights, for the peer to share with the swarm (it scores and buffers them itself)."""
+        self._catch_up(version, box)
+        return self.policy.rollouts(inputs)
+
+    def step(self, draw: int, version: int, box: list[Any]) -> StepResult:
+        """Generate and score ``data.round_tasks(draw)`` with weights ``version`` (in ``box``)."""
+        self._catch_up(version, box)
         start = time.perf_counter()
         tasks = self.data.round_tasks(draw)
         inputs = [t.input(0) for t in tasks]

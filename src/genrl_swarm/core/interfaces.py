@@ -153,6 +153,11 @@ class Learner(ABC):
     @abstractmethod
     def load(self, directory: Path) -> None: ...
 
+    def acting_policy(self, policy: Policy) -> Policy:
+        """The policy the game acts with, given the one this learner trains. A learner that
+        samples elsewhere (async_grpo's rollout workers) hands back one that acts there."""
+        return policy
+
 
 #: How a backend's drop reason starts when a member sent no commitment, or committed and then
 #: revealed nothing, in time: failures an honest peer can cause (slow, or dead), so they quarantine

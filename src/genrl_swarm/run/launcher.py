@@ -142,6 +142,7 @@ def _build_peer(
     directory = Path(run.dir) / comm.peer_id
     data, reward, policy = (instantiate(spec[k], k) for k in ("data", "reward", "policy"))
     learner = instantiate(spec["learner"], "learner", policy=policy) if spec.get("learner") else None
+    policy = learner.acting_policy(policy) if learner is not None else policy
     manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks(), trust=trust)
     checkpoint = latest_checkpoint(directory / "checkpoints") if resume else None
     if checkpoint is not None:
