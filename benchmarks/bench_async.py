@@ -1,10 +1,12 @@
 """Synchronous GRPO loop vs the asynchronous Ray pipeline, same model, data, reward and budget.
 
     .venv/bin/python benchmarks/bench_async.py                       # tiny model, max_staleness 0, 1, 2
-    .venv/bin/python benchmarks/bench_async.py --model smollm2 --updates 4 --max-new-tokens 32
+    .venv/bin/python benchmarks/bench_async.py --model smollm2 --updates 6 --max-new-tokens 32 --workers 1 --worker-cpus 1
 
-Reports completions/s (after start-up, which is reported apart), reward per completion and
-against wall clock, the learner's idle time and the staleness the learner trained at. The sync
+The budget is ``--updates`` learner batches on both sides (a batch whose groups carry no signal
+counts too). Reports the completions the learner trained on per second (after start-up, which is
+reported apart; workers also generate a few draws that were dropped as stale or still sat in the
+buffer at the end: the "generated" column), reward per generated completion and against wall clock, the learner's idle time and the staleness the learner trained at. The sync
 loop alternates generate -> score -> train in one process with all threads; the pipeline runs a
 learner actor (1 CPU) and rollout workers (the rest) that overlap. Completion lengths vary (the
 tiny model stops after a prompt-dependent number of tokens, max_new_tokens caps it), so the
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import threading
 import time
 from typing import Any
 
@@ -68,7 +71,7 @@ def run_sync(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[st
         policy.load_weights(learner.weights())
         curve.append((time.perf_counter() - start, rewards / completions))
     wall = time.perf_counter() - start
-    return {"mode": f"sync {threads}t", "s": "-", "completions": completions, "wall": wall, "idle": gen_s / wall, "stale_mean": 0.0,
+    return {"mode": f"sync {threads}t", "s": "-", "completions": completions, "generated": completions, "wall": wall, "idle": gen_s / wall, "stale_mean": 0.0,
             "stale_max": 0, "reward": rewards / completions, "dropped": 0, "startup": 0.0, "curve": curve, "lengths": lengths}  # fmt: skip
 
 
@@ -84,10 +87,18 @@ def run_async(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[s
     pipe = AsyncPipeline.start(cfg, policy_kwargs, grpo, make_data(a.batch_groups // a.split), Digits(), seed=a.seed)
     pipe.run(updates=1, seconds=900)  # warm-up update (first forward/backward in each process), not timed
     startup = time.perf_counter() - t0
-    c0, r0, i0 = pipe.counters.completions, pipe.counters.reward_sum, pipe.learner_times()[0]
+    c0, r0, i0, u0 = pipe.counters.completions, pipe.counters.reward_sum, pipe.learner_times()[0], pipe.counters.updates
     start, v0 = time.perf_counter(), pipe.version
     curve: list[tuple[float, float]] = []
-    pipe.run(updates=a.updates, seconds=1800, on_update=lambda m: curve.append((time.perf_counter() - start, 0.0)))
+    done_batches = threading.Event()  # the budget is learner batches, as in the sync loop (a batch without signal
+    # moves no version, so ``run(updates=...)``, which counts versions, would train on more batches than sync)
+
+    def on_update(_: dict[str, float]) -> None:
+        curve.append((time.perf_counter() - start, 0.0))
+        if pipe.counters.updates - u0 >= a.updates:
+            done_batches.set()
+
+    pipe.run(seconds=1800, stop=done_batches, on_update=on_update)
     wall = time.perf_counter() - start
     idle, _ = pipe.learner_times()
     gens = [e for e in pipe.events if e.kind == "generate" and e.time >= start - pipe._clock]
@@ -95,7 +106,8 @@ def run_async(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[s
     curve = [(t, statistics.mean(seen(t))) for t, _ in curve if seen(t)]  # an update may come before the first new generation
     stats = pipe.buffer.stats
     done = pipe.counters.completions - c0
-    out = {"mode": f"ray {a.workers}w", "s": max_staleness, "completions": done, "wall": wall, "idle": (idle - i0) / wall,
+    trained = (pipe.counters.updates - u0) * a.batch_groups * a.num_generations
+    out = {"mode": f"ray {a.workers}w", "s": max_staleness, "completions": trained, "generated": done, "wall": wall, "idle": (idle - i0) / wall,
            "stale_mean": stats.metrics()["async/staleness_mean"], "stale_max": int(stats.metrics()["async/staleness_max"]),
            "reward": (pipe.counters.reward_sum - r0) / max(done, 1), "dropped": stats.dropped, "startup": startup, "curve": curve,
            "versions": pipe.version - v0}  # fmt: skip
@@ -108,9 +120,9 @@ def run_async(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[s
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="tiny-random")
-    p.add_argument("--updates", type=int, default=12)
+    p.add_argument("--updates", type=int, default=100)
     p.add_argument("--batch-groups", type=int, default=4)
-    p.add_argument("--split", type=int, default=2, help="a worker draw holds batch_groups/split prompts")
+    p.add_argument("--split", type=int, default=1, help="a worker draw holds batch_groups/split prompts")
     p.add_argument("--num-generations", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--workers", type=int, default=2)
@@ -118,9 +130,10 @@ def main() -> None:
     p.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--sync-threads", type=int, nargs="+", default=sorted({os.cpu_count() or 1, 1}, reverse=True))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--off-policy", default="", help="learner.grpo.off_policy for both sides (tis, decoupled, none); default: the learner's")
     a = p.parse_args()
     policy_kwargs = {"model": a.model, "sampling": {"num_generations": a.num_generations, "max_new_tokens": a.max_new_tokens}}
-    grpo = {"learning_rate": 1e-4, "num_local": -1, "micro_batch_size": 8}
+    grpo = {"learning_rate": 1e-4, "num_local": -1, "micro_batch_size": 8} | ({"off_policy": a.off_policy} if a.off_policy else {})
     load = os.getloadavg()
     print(f"# bench_async | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | {machine()} | load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"# model {a.model} | {a.updates} updates x {a.batch_groups} prompts x {a.num_generations} completions | max_new_tokens {a.max_new_tokens}")
@@ -133,9 +146,9 @@ def main() -> None:
         print(f"# done: ray max_staleness={s} (start-up {rows[-1]['startup']:.1f}s)", flush=True)
     base = max(r["completions"] / r["wall"] for r in rows if r["mode"].startswith("sync"))  # the faster sync setting
     print(table(
-        ["mode", "max_staleness", "completions", "wall s", "completions/s", "vs best sync", "learner idle", "staleness mean/max",
+        ["mode", "max_staleness", "trained", "generated", "wall s", "trained completions/s", "vs best sync", "learner idle", "staleness mean/max",
          "reward/completion", "stale dropped", "start-up s"],
-        [[r["mode"], r["s"], r["completions"], r["wall"], r["completions"] / r["wall"], f"{r['completions'] / r['wall'] / base:.2f}x",
+        [[r["mode"], r["s"], r["completions"], r["generated"], r["wall"], r["completions"] / r["wall"], f"{r['completions'] / r['wall'] / base:.2f}x",
           f"{r['idle']:.0%}", f"{r['stale_mean']:.2f}/{r['stale_max']}", r["reward"], r["dropped"], r["startup"]] for r in rows],
     ))  # fmt: skip
     print("\nreward (mean over completions so far) against wall clock, at each update:")

@@ -64,12 +64,14 @@ GROUPS: dict[str, Group] = {
     ),
     "trainers": Group(
         ("src/genrl_swarm/trainers/*.py",),
-        ("tests/test_grpo_loss.py", "tests/test_off_policy.py", "tests/test_reference_grpo.py", "tests/test_lm.py"),
+        ("tests/test_grpo_loss.py", "tests/test_off_policy.py", "tests/test_reference_grpo.py", "tests/test_lm.py",
+         "tests/test_grpo_speed.py"),
         isolation="forkserver",
     ),
     "lm": Group(
         ("src/genrl_swarm/lm/*.py",),
-        ("tests/test_lm.py", "tests/test_reference_lm.py", "tests/test_grpo_loss.py"),
+        ("tests/test_lm.py", "tests/test_reference_lm.py", "tests/test_grpo_loss.py", "tests/test_sampler_bf16.py",
+         "tests/test_grpo_speed.py"),
         isolation="forkserver",
     ),
     "protocol": Group(

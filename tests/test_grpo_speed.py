@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 
@@ -193,3 +194,32 @@ def test_shared_prefix_stores_proximal_logprobs_only_for_several_epochs(policy: 
     fed: list[tuple[bool, list[int]]] = []
     learner_grads(policy, bodies, torch.float32, fed, num_epochs=epochs)
     assert sum(first for first, _ in fed) == passes * len({tuple(b.prompt_ids) for b in bodies})
+
+
+def test_shared_prefix_with_lora_on_q_and_v_only_equals_the_plain_update(bodies: list[TokenRollout]) -> None:
+    """LoRA on q and v leaves layer 0's prompt keys without a graph (k_proj and the embeddings
+    are frozen): the prompt's backward must skip them, not fail, and give the plain gradients."""
+    lora = LMPolicy("tiny-random", {"num_generations": 5, "max_new_tokens": 12, "temperature": 1.3},
+                    lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, seed=7)  # fmt: skip
+    with torch.no_grad():
+        for name, w in lora.model.named_parameters():
+            if "lora_B" in name:
+                w.normal_(0.0, 0.1)  # trained adapters: the prompt's path matters
+    grads = {}
+    for prefix in (True, False):
+        p = copy.copy(lora)
+        p.model = copy.deepcopy(lora.model).to(torch.float64)
+        learner = GRPOLearner(p, {"learning_rate": 0.0, "max_grad_norm": 1e9, "off_policy": "tis", "shared_prefix": prefix})
+        learner.train(GameState(0, "me"), scored(bodies))
+        assert learner.uses_shared_prefix() == prefix
+        grads[prefix] = [w.grad.detach().clone() for w in p.model.parameters() if w.requires_grad]
+    assert grads[True] and all(float(g.abs().max()) > 0 for g in grads[False][:2])
+    assert_close(grads[True], grads[False], rel=1e-5)
+
+
+def test_a_batch_with_an_empty_completion_trains_on_the_plain_path(policy: LMPolicy, bodies: list[TokenRollout]) -> None:
+    """The prefix kernels need a token per row; an empty completion (from a source other than
+    this sampler) sends the batch down the per-sequence path instead of failing."""
+    empty = msgspec.structs.replace(bodies[2], samples=tuple(msgspec.structs.replace(s, completion_ids=(), logprobs=()) for s in bodies[2].samples))
+    got, learner = learner_grads(policy, [bodies[0], bodies[1], empty, bodies[3]], torch.float64)
+    assert learner.uses_shared_prefix() and all(float(g.abs().max()) > 0 for g in got[:1])

@@ -23,16 +23,20 @@ from typing import Any
 from genrl_swarm.async_grpo.buffer import Group
 from genrl_swarm.async_grpo.config import PipelineConfig, RayConfig
 from genrl_swarm.core import DataManager, GameState, Learner, Policy, RewardManager, RoundRewards, TokenRollout, Weights
+from genrl_swarm.lm.decoder import base_model
 from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.trainers.grpo import GRPOConfig
 
 
 def policy_kwargs(policy: LMPolicy, model: str | None = None) -> dict[str, Any]:
-    """What a replica of ``policy`` is built from (on another process or node)."""
-    if hasattr(policy.model, "peft_config"):
-        raise ValueError("policy.lora with trainer=async_grpo: build the pipeline with lora in policy_kwargs (not wired into recipes yet)")
-    path = model or str(getattr(policy.model.config, "_name_or_path", "") or getattr(policy.model, "name_or_path", ""))
-    return {"model": path, "sampling": asdict(policy.sampling), "system_prompt": policy.system_prompt}
+    """What a replica of ``policy`` is built from (on another process or node). With LoRA the
+    replicas carry the same adapters on the same base weights, so only the adapters travel
+    (``weight_sync.export_state`` ships trainable tensors); their random initial A matrices
+    differ until the first publish, which changes nothing the replicas compute (B starts at 0)."""
+    config = getattr(base_model(policy.model), "config", None)
+    path = model or str(getattr(config, "_name_or_path", "") or getattr(policy.model, "name_or_path", ""))
+    lora = {"lora": asdict(policy.lora)} if policy.lora is not None and policy.lora.r > 0 else {}
+    return {"model": path, "sampling": asdict(policy.sampling), "system_prompt": policy.system_prompt} | lora
 
 
 class AsyncGRPOLearner(Learner):

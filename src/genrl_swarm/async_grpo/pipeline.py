@@ -53,6 +53,7 @@ class Counters:
     acts: int = 0  # the game's rounds sampled on a worker (pipeline.act)
     act_failures: int = 0  # rounds no worker answered (the peer sampled them itself)
     discarded_groups: int = 0  # in flight on a worker that died
+    cleared_groups: int = 0  # buffered when the rollouts were reset (a resume), never trained on
     discarded_completions: int = 0
     worker_failures: int = 0
     generate_seconds: float = 0.0  # summed over workers
@@ -97,7 +98,8 @@ class AsyncPipeline:
     batches: list[Taken] = field(default_factory=list)  # kept when record_batches (tests)
     record_batches: bool = False
     _start_updates: int = 0  # counters.updates when this run (or resume) began
-    _started: int = 0  # groups generated or in flight since then (the gate counts these)
+    _started: int = 0  # worker groups generated or in flight since then (the gate counts these)
+    _lost_base: int = 0  # buffer.worker_lost when this run (or resume) began
     _box: list[Any] = field(default_factory=list)  # [ObjectRef of the newest published weights]
     _published: int = 0
     _flights: dict[Any, _Flight] = field(default_factory=dict)
@@ -181,13 +183,29 @@ class AsyncPipeline:
         if self._train is not None:
             self._finish_update(None)
 
+    def settle(self) -> int:
+        """Finish the update and the generations in flight, then empty the buffer, so nothing
+        sampled before this point is trained on and the gate counts from here (a resume; the
+        benchmark's start line). Returns the number of groups cleared."""
+        self.drain()
+        deadline = time.perf_counter() + self.cfg.timeout
+        while self._flights:
+            ready, _ = ray.wait(list(self._flights), num_returns=1, timeout=max(0.0, deadline - time.perf_counter()))
+            if not ready:
+                raise RuntimeError(f"async_grpo: generations in flight did not finish within {self.cfg.timeout:g}s")
+            self._finish_generation(ready[0])
+        cleared = self.buffer.clear()
+        self._start_updates, self._started, self._lost_base = self.counters.updates, 0, self.buffer.worker_lost
+        return cleared
+
     def _gate(self) -> bool:
         """AReaL's bound: starting one more draw keeps the groups started since the last resume
         within (finished updates since then + max_staleness + 1) * batch_groups. Updates, not
         versions: a batch without signal changes no weights and leaves the version as it was."""
         done = self.counters.updates - self._start_updates
         allowed = (done + self.cfg.max_staleness + 1) * self.cfg.batch_groups
-        return self._started + self.step_groups <= allowed
+        held = self._started - (self.buffer.worker_lost - self._lost_base)  # a dropped worker group frees its place
+        return held + self.step_groups <= allowed
 
     def _dispatch(self) -> None:
         now = time.perf_counter()
@@ -254,9 +272,7 @@ class AsyncPipeline:
     def _maybe_train(self) -> None:
         if self._train is not None:
             return
-        dropped_before = self.buffer.stats.dropped
         taken = self.buffer.take(self.cfg.batch_groups, self.version)
-        self._started -= self.buffer.stats.dropped - dropped_before  # dropped groups free their place
         if taken is None:
             return
         if self.record_batches:
@@ -276,7 +292,10 @@ class AsyncPipeline:
             self._published = self.version
             self._box = [self._state] if self.cfg.weight_sync == "object_store" else self._box
         metrics |= self.buffer.stats.metrics() | {"async/buffer": float(len(self.buffer))}
-        metrics |= {"async/discarded_groups": float(self.counters.discarded_groups), "async/worker_failures": float(self.counters.worker_failures)}
+        c = self.counters
+        metrics |= {"async/discarded_groups": float(c.discarded_groups), "async/worker_failures": float(c.worker_failures),
+                    "async/acts": float(c.acts), "async/act_failures": float(c.act_failures),
+                    "async/evicted_groups": float(self.buffer.evicted), "async/cleared_groups": float(c.cleared_groups)}  # fmt: skip
         with self._lock:
             self._metrics = metrics
         self.events.append(Event("update", self._now(), self.version))
@@ -291,16 +310,19 @@ class AsyncPipeline:
 
     def act(self, inputs: list[StageInput], stop: threading.Event | None = None) -> list[TokenRollout]:
         """Sample the game's own round on a rollout worker with the newest published weights
-        (queued behind the worker's generation in flight). Workers are tried in turn; RuntimeError
-        when none answers within ``timeout``; RunInterrupted as soon as ``stop`` is set."""
+        (queued behind the worker's generation in flight). Workers are tried in turn within one
+        ``timeout`` for the whole call; RuntimeError when none answers in it; RunInterrupted as
+        soon as ``stop`` is set. (A cancelled act that already runs on a worker finishes there.)"""
         with self._lock:
             version, box = self._published, list(self._box)
         failures = []
+        deadline = time.perf_counter() + self.cfg.timeout  # one deadline for the call, however many workers are tried
         for _ in range(len(self.workers)):
+            if time.perf_counter() >= deadline:
+                break
             index = self._act_next % len(self.workers)
             self._act_next += 1
             ref = self.workers[index].act.remote(inputs, version, box)
-            deadline = time.perf_counter() + self.cfg.timeout
             while not ray.wait([ref], timeout=0.2)[0]:
                 if stop is not None and stop.is_set():
                     ray.cancel(ref)
@@ -310,13 +332,13 @@ class AsyncPipeline:
                     break
             else:
                 try:
-                    bodies: list[TokenRollout] = ray.get(ref, timeout=self.cfg.timeout)
+                    bodies: list[TokenRollout] = ray.get(ref, timeout=max(1.0, deadline - time.perf_counter()))
                     self.counters.acts += 1
                     return bodies
                 except ray.exceptions.RayActorError as e:
                     failures.append(f"worker {index}: {type(e).__name__}")
                     continue
-            failures.append(f"worker {index}: no answer within {self.cfg.timeout:g}s")
+            failures.append(f"worker {index}: no answer within the call's {self.cfg.timeout:g}s")
         self.counters.act_failures += 1
         raise RuntimeError("no rollout worker sampled the round (" + "; ".join(failures or ["no workers"]) + ")")
 
@@ -325,10 +347,13 @@ class AsyncPipeline:
             return dict(self._metrics)
 
     def weights(self) -> tuple[int, dict[str, Any] | None]:
-        """(version, published tensors); None before the first update."""
-        if not self._box:
-            return self.version, None
-        return self._published, ray.get(self._box[0], timeout=self.cfg.timeout)
+        """(version, published tensors); None before the first update. The pair is read under the
+        lock: the driver thread publishes both at once."""
+        with self._lock:
+            version, box = self._published, list(self._box)
+        if not box:
+            return version, None
+        return version, ray.get(box[0], timeout=self.cfg.timeout)
 
     def learner_times(self) -> tuple[float, float]:
         idle, busy = ray.get(self.learner.times.remote(), timeout=self.cfg.timeout)
@@ -355,13 +380,16 @@ class AsyncPipeline:
 
     def load(self, directory: Path) -> None:
         """Resume: the learner's state, the counters, and the restored weights published so the
-        workers pick them up before their next generation."""
-        self.drain()
+        workers load them before their next generation (also when they are older than the
+        workers' own: a pipeline that ran before ``load`` rolls back). Rollouts sampled before
+        are not trained on (``settle``)."""
+        cleared = self.settle()
         version = int(ray.get(self.learner.load.remote(str(Path(directory).resolve())), timeout=self.cfg.timeout))
         payload = json.loads((Path(directory) / "pipeline.json").read_text())
         self.counters = Counters(**payload["counters"])
+        self.counters.cleared_groups += cleared
         self.buffer.stats = StalenessStats.from_dict(payload["staleness"])
-        self._start_updates, self._started = self.counters.updates, 0
+        self._start_updates = self.counters.updates
         with self._lock:
             self.version = self._published = version
             self._box = [self.learner.state.remote()]

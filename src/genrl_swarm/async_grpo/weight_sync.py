@@ -79,6 +79,9 @@ class NcclSync:
         for _, p in model.named_parameters():
             if p.requires_grad or not trainable_only:
                 self.collective.broadcast(p.data, src_rank=0, group_name=self.group_name)
+                # NCCL writes the storage behind autograd's back: bump the in-place counter, or
+                # a bf16 sampling copy keyed on it (lm/sampling_model.py) would keep old weights.
+                torch.autograd.graph.increment_version(p)
 
     def close(self) -> None:
         self.collective.destroy_collective_group(self.group_name)

@@ -69,8 +69,10 @@ class RolloutWorker:
         return export_state(self.policy.model)
 
     def _catch_up(self, version: int, box: list[Any]) -> None:
-        """Load the published weights ``version`` (in ``box``) if this replica is behind them."""
-        if version > self.policy.version and box:
+        """Load the published weights ``version`` (in ``box``) unless this replica holds them.
+        Not only when behind: a resume republishes the checkpoint's weights, older than a
+        replica that ran before it."""
+        if version != self.policy.version and box:
             import_state(self.policy.model, fetch(box, self.timeout))
             self.policy.version = version
 

@@ -108,6 +108,7 @@ class LMPolicy(Policy):
         self.sampling = sampling if isinstance(sampling, SamplingConfig) else SamplingConfig(**(sampling or {}))
         lora_cfg = lora if isinstance(lora, LoraSettings) or lora is None else LoraSettings(**lora)
         self.system_prompt = system_prompt
+        self.lora = lora_cfg  # what a replica elsewhere is built with (async_grpo's workers and learner)
         torch.manual_seed(seed)  # LoRA init and the hf sampler draw from the global RNG
         self.model, self.tokenizer = load_model(model, device, dtype, lora_cfg)
         self.device = next(self.model.parameters()).device

@@ -1,12 +1,13 @@
 """The lean sampler's loop over a preallocated KV buffer (``lm.decoder``).
 
-Same contract and same draws as ``sampling.sample`` (it shares ``pick``): each prompt is
+Same contract and same distribution as ``sampling.sample`` (it shares ``pick``): each prompt is
 prefilled once and fanned out to its ``n`` rows, behaviour log-probs come from the logits the
 tokens were drawn from, in the precision the model runs in. What differs is the cache: keys and
 values are written in place instead of concatenated, and finished rows are not copied out of
 the cache at every step. Copying the buffer costs about as much as a few decode steps, so rows
 are compacted only once at least ``compact_at`` of the batch has finished; until then a
-finished row rides along and its tokens are ignored.
+finished row rides along and its tokens are ignored. It still draws a random number, so with
+a fixed seed the samples equal the dynamic path's only until the first row finishes.
 """
 
 from __future__ import annotations

@@ -192,6 +192,7 @@ class SharedPrefixForward:
             loss_of(self._chunk_logps(model, batch, kv_leaves, last_leaf, chunk), chunk).backward()
         outputs = [last, *(t for pair in kv for t in pair)]
         leaves = [last_leaf, *(t for pair in kv_leaves for t in pair)]
-        pairs = [(o, leaf.grad) for o, leaf in zip(outputs, leaves) if leaf.grad is not None]
+        # An output no trainable parameter feeds (layer 0's keys when LoRA adapts only q and v) has no graph.
+        pairs = [(o, leaf.grad) for o, leaf in zip(outputs, leaves) if leaf.grad is not None and o.requires_grad]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
