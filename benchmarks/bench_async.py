@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/bench_async.py --model smollm2 --updates 6 --max-new-tokens 32 --workers 1 --worker-cpus 1
 
 The budget is ``--updates`` learner batches on both sides (a batch whose groups carry no signal
-counts too). Reports the completions the learner trained on per second (after start-up, which is
+counts too), on the same task rounds in the same order; the pipeline's warm-up generations are
+finished and discarded before its clock starts (``settle``), so neither side starts ahead. Reports the completions the learner trained on per second (after start-up, which is
 reported apart; workers also generate a few draws that were dropped as stale or still sat in the
 buffer at the end: the "generated" column), reward per generated completion and against wall clock, the learner's idle time and the staleness the learner trained at. The sync
 loop alternates generate -> score -> train in one process with all threads; the pipeline runs a
@@ -25,6 +26,10 @@ from typing import Any
 from common import machine, table
 
 from genrl_swarm.core import GameState, RewardManager, Rollout, RoundRewards, ScoredRollout, StageInput, Task
+
+
+#: The first timed round of both sides (the sync loop's warm-up is the round before).
+SYNC_ROUND = 1_000_000
 
 
 class Digits(RewardManager):
@@ -56,7 +61,7 @@ def run_sync(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[st
         if step == 0:
             completions, rewards, gen_s, lengths, curve, start = 0, 0.0, 0.0, [], [], time.perf_counter()
         t0 = time.perf_counter()
-        tasks = data.round_tasks(1_000_000 + step)
+        tasks = data.round_tasks(SYNC_ROUND + step)
         inputs = [t.input(0) for t in tasks]
         bodies = policy.rollouts(inputs)
         gen_s += time.perf_counter() - t0
@@ -86,6 +91,8 @@ def run_async(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[s
                          worker_cpus=a.worker_cpus, learner_cpus=1.0, timeout=900.0)  # fmt: skip
     pipe = AsyncPipeline.start(cfg, policy_kwargs, grpo, make_data(a.batch_groups // a.split), Digits(), seed=a.seed)
     pipe.run(updates=1, seconds=900)  # warm-up update (first forward/backward in each process), not timed
+    pipe.settle()  # start line: nothing generated during the warm-up is trained on in the timed window
+    pipe.counters.draws = SYNC_ROUND - pipe.cfg.task_offset  # the timed draws are the sync loop's rounds, in order
     startup = time.perf_counter() - t0
     c0, r0, i0, u0 = pipe.counters.completions, pipe.counters.reward_sum, pipe.learner_times()[0], pipe.counters.updates
     start, v0 = time.perf_counter(), pipe.version

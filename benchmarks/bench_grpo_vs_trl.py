@@ -10,7 +10,8 @@ measured in this one run, interleaved where they can be (the machine is shared):
    dtype (``common.matmul_gflops``).
 2. **TRL arms**: fp32 and bf16 (``bf16=True``: autocast over fp32 weights), gradient
    checkpointing off (TRL's default is on; off is faster when memory allows), and a pure bf16
-   model (weights and AdamW state in bf16: fastest, but not the same optimiser). Liger kernels
+   model (weights and AdamW state in bf16: fastest, but not the same optimiser), that model with
+   TRL's ``cache_implementation="static"`` generation cache. Liger kernels
    need Triton (a GPU), so they are not an arm here.
 3. **End to end**: our arms and TRL's, each with its generation / update split.
 
@@ -162,7 +163,8 @@ def levers(a: argparse.Namespace, questions: list[str], limits: dict[str, float]
 
 
 # --------------------------------------------------------------------------- TRL
-def trl(a: argparse.Namespace, questions: list[str], bf16: bool, checkpointing: bool, model_dtype: str = "float32") -> Split:
+def trl(a: argparse.Namespace, questions: list[str], bf16: bool, checkpointing: bool, model_dtype: str = "float32",
+        cache: str | None = None) -> Split:  # fmt: skip
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer as TRLGRPOTrainer
@@ -189,7 +191,7 @@ def trl(a: argparse.Namespace, questions: list[str], bf16: bool, checkpointing: 
             max_completion_length=a.max_new_tokens, learning_rate=1e-5, beta=0.0, num_iterations=1,
             max_steps=a.steps + 1, logging_steps=10_000, report_to=[], save_strategy="no", use_cpu=True,
             bf16=bf16, gradient_checkpointing=checkpointing, temperature=1.0, shuffle_dataset=False,
-            gradient_accumulation_steps=1,
+            gradient_accumulation_steps=1, cache_implementation=cache,
         )  # fmt: skip
         trainer = TRLGRPOTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=data, reward_funcs=rewards, callbacks=[Clock()])
         generate = trainer._generate_single_turn
@@ -230,7 +232,7 @@ def main() -> None:
     print(machine())
     print(f"matmul limit here: fp32 {limits['float32']:.0f} GFLOP/s, bf16 {limits['bfloat16']:.0f} GFLOP/s | {load()}")
     print(f"model {a.model}, {a.prompts} prompts x {a.generations} generations x {a.max_new_tokens} tokens")
-    if "levers" not in skip:
+    if "levers" not in skip and a.lever_rows > 0:
         rows = levers(a, questions, limits)
         print(f"\nUpdate levers (one fixed batch, best of {a.lever_reps}; {load()})")
         print(table(["learner", "update s", "speedup", "completions/s", "padding", "GFLOP", "of matmul limit"], rows))
@@ -239,6 +241,10 @@ def main() -> None:
         "TRL fp32, grad ckpt off": lambda: trl(a, questions, bf16=False, checkpointing=False),
         "TRL bf16=True (autocast), grad ckpt off": lambda: trl(a, questions, bf16=True, checkpointing=False),
         "TRL pure bf16 model, grad ckpt off": lambda: trl(a, questions, bf16=True, checkpointing=False, model_dtype="bfloat16"),
+        "TRL fp32, static KV cache, grad ckpt off": lambda: trl(a, questions, bf16=False, checkpointing=False, cache="static"),
+        "TRL pure bf16 model, static KV cache, grad ckpt off": lambda: trl(
+            a, questions, bf16=True, checkpointing=False, model_dtype="bfloat16", cache="static"
+        ),
         "ours: main learner (plain fp32)": lambda: ours(a, questions, PLAIN, {}),
         "ours: all levers, fp32 sampler": lambda: ours(a, questions, ALL, {}),
         "ours: all levers, bf16 sampler": lambda: ours(a, questions, ALL, {"dtype": "bfloat16"}),
