@@ -37,7 +37,9 @@ from genrl_swarm.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
 from genrl_swarm.trainers.grpo import GRPOLearner
 from genrl_swarm.trainers.prefix import PrefixBatch
 
-#: The update levers: (row, GRPOConfig overrides). "main" is the learner before this work.
+#: The update levers: (row, GRPOConfig overrides). "main" is the learner before this work. On the
+#: per-sequence path ``bucket`` only sorts rows before cutting micro-batches: a no-op for PLAIN's
+#: one micro-batch of 64 rows, so PLAIN has no lever on.
 PLAIN = {"shared_prefix": False, "bucket": True, "fused_logprobs": False, "precision": "float32"}
 ALL = {"shared_prefix": True, "bucket": True, "fused_logprobs": True, "precision": "bfloat16"}
 LEVERS: list[tuple[str, dict[str, Any]]] = [
