@@ -179,3 +179,32 @@ def test_sequence_aggregation_by_hand_with_totals() -> None:
     first = -(1.28 * 2 + 1.0 * 2) / 2  # ratio 1.5 clipped at 1 + 0.28
     second = -(-1.0 - 0.8 - 1.0) / 3  # ratio 0.5 clipped at 1 - 0.2
     assert float(loss) == pytest.approx((first + second) / 4) and stats["clip_frac"] == pytest.approx(2 / 5)
+
+
+def test_advantage_scales_divide_by_std_plus_eps_exactly() -> None:
+    """Hand-computed: groups [0, 1] and [2, 2, 5] (population stds 0.5 and sqrt(2), batch std
+    of all five rewards sqrt(2.8)); eps is added to the std, never subtracted."""
+    rewards = [torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([2.0, 2.0, 5.0], dtype=torch.float64)]
+    eps = 1e-3
+    group = group_advantages(rewards, "group", eps)
+    assert torch.allclose(group[0], torch.tensor([-0.5, 0.5], dtype=torch.float64) / (0.5 + eps), atol=1e-12)
+    assert torch.allclose(group[1], torch.tensor([-1.0, -1.0, 2.0], dtype=torch.float64) / (2**0.5 + eps), atol=1e-12)
+    batch = group_advantages(rewards, "batch", eps)
+    assert torch.allclose(batch[1], torch.tensor([-1.0, -1.0, 2.0], dtype=torch.float64) / (2.8**0.5 + eps), atol=1e-12)
+    assert group_advantages([], "batch") == [] and group_advantages([], "group") == []
+
+
+def test_beta_without_reference_logprobs_is_one_clear_error() -> None:
+    x = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match=r"^beta > 0 needs reference log-probs$"):
+        grpo_loss(x, x, torch.ones(1), torch.ones(1, 2), beta=0.1)
+
+
+def test_truncated_importance_weights_are_capped_at_two_by_default() -> None:
+    """The documented default cap (tis: min(pi/mu, 2)): a token whose behaviour log-prob is far
+    below the learner's gets weight exactly 2, so its loss is twice the on-policy one."""
+    logp = torch.zeros(1, 1)
+    behaviour = torch.full((1, 1), -3.0)  # pi/mu = e^3, about 20
+    on, _ = grpo_loss(logp, logp, torch.ones(1), torch.ones(1, 1))
+    capped, _ = grpo_loss(logp, logp, torch.ones(1), torch.ones(1, 1), behaviour_logp=behaviour, off_policy="tis")
+    assert float(capped) == pytest.approx(2 * float(on))
