@@ -166,6 +166,17 @@ def test_fused_logprobs_equal_log_softmax(monkeypatch: pytest.MonkeyPatch) -> No
         assert torch.allclose(a, b, atol=1e-12)
 
 
+def test_fused_logprobs_with_a_frozen_head_give_the_hidden_gradient_alone() -> None:
+    """LoRA freezes the head: the backward skips its weight gradient, the hidden one is unchanged."""
+    gen = torch.Generator().manual_seed(1)
+    hidden = torch.randn(9, 8, dtype=torch.float64, generator=gen, requires_grad=True)
+    weight = torch.randn(50, 8, dtype=torch.float64, generator=gen)  # frozen
+    targets = torch.randint(0, 50, (9,), generator=gen)
+    (fused,) = torch.autograd.grad(logprobs.fused_token_logps(hidden, weight, targets, 1.3, torch.float64).sum(), hidden)
+    (plain,) = torch.autograd.grad(torch.log_softmax(hidden @ weight.T / 1.3, -1).gather(-1, targets[:, None]).sum(), hidden)
+    assert weight.grad is None and torch.allclose(fused, plain, atol=1e-12)
+
+
 def test_bf16_update_is_close_to_float32_with_float32_master_weights(policy: LMPolicy, bodies: list[TokenRollout]) -> None:
     fp32, _ = learner_grads(policy, bodies, torch.float32, precision="float32")
     bf16, learner = learner_grads(policy, bodies, torch.float32, precision="bfloat16")

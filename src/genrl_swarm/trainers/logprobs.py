@@ -51,8 +51,9 @@ class _FusedTokenLogp(torch.autograd.Function):
         w = weight.to(dtype)
         acc = lse.dtype
         rows = max(1, CHUNK_ELEMENTS // weight.shape[0])
+        need_h, need_w = ctx.needs_input_grad[:2]  # a frozen head (LoRA) skips its [V, H] product per chunk
         d_hidden = torch.empty_like(hidden)
-        d_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        d_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
         for s in range(0, hidden.shape[0], rows):
             h = hidden[s : s + rows].to(dtype)
             logits = (h @ w.T).to(acc).div_(temperature)
@@ -62,9 +63,9 @@ class _FusedTokenLogp(torch.autograd.Function):
             d_logits.scatter_add_(1, targets[s : s + rows, None], (g / temperature)[:, None])
             d_logits = d_logits.to(dtype)
             d_hidden[s : s + rows] = (d_logits @ w).to(hidden.dtype)
-            d_weight += (d_logits.T @ h).to(acc)
-        need_h, need_w = ctx.needs_input_grad[:2]
-        return (d_hidden if need_h else None), (d_weight.to(weight.dtype) if need_w else None), None, None, None
+            if d_weight is not None:
+                d_weight += (d_logits.T @ h).to(acc)
+        return (d_hidden if need_h else None), (d_weight.to(weight.dtype) if d_weight is not None else None), None, None, None
 
 
 def fused_token_logps(
