@@ -152,3 +152,21 @@ def test_act_tries_every_worker_within_one_deadline(monkeypatch: pytest.MonkeyPa
         pipe.act([])
     assert time.perf_counter() - start < 0.8
     assert pipe.counters.act_failures == 1
+
+
+def test_settle_finishes_generations_in_flight_and_trains_on_none_of_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume settles first: what workers sampled before it (in flight or buffered) is counted
+    and dropped, never trained on, and the staleness gate counts afresh from there."""
+    from genrl_swarm.async_grpo.worker import StepResult
+
+    pipe = _pipe(workers=2, max_staleness=1)
+    pipe._dispatch()
+    assert len(pipe._flights) == 2
+    results = {ref: StepResult(f.worker, f.draw, (_group(0, f"worker-{f.worker}"), _group(0, f"worker-{f.worker}")), 0.1, 0)
+               for ref, f in pipe._flights.items()}  # fmt: skip
+    monkeypatch.setattr(pipeline_module.ray, "wait", lambda refs, num_returns=1, timeout=None: (refs[:1], refs[1:]))
+    monkeypatch.setattr(pipeline_module.ray, "get", lambda ref, timeout=None: results[ref])
+    assert pipe.settle() == 4
+    assert not pipe._flights and len(pipe.buffer) == 0 and pipe.counters.groups == 4
+    assert pipe.buffer.take(1, pipe.version) is None
+    assert pipe._gate() and sorted(pipe._idle) == [0, 1]
