@@ -5,9 +5,11 @@
 
 The budget is ``--updates`` learner batches on both sides (a batch whose groups carry no signal
 counts too), on the same task rounds in the same order; the pipeline's warm-up generations are
-finished and discarded before its clock starts (``settle``), so neither side starts ahead. Reports the completions the learner trained on per second (after start-up, which is
-reported apart; workers also generate a few draws that were dropped as stale or still sat in the
-buffer at the end: the "generated" column), reward per generated completion and against wall clock, the learner's idle time and the staleness the learner trained at. The sync
+finished and discarded before its clock starts (``settle``), so neither side starts ahead.
+Reports the completions the learner trained on per second (after start-up, which is reported
+apart; workers also generate a few draws that were dropped as stale or still sat in the buffer
+at the end: the "generated" column), reward per generated completion and against wall clock,
+the learner's idle time and the staleness the learner trained at. The sync
 loop alternates generate -> score -> train in one process with all threads; the pipeline runs a
 learner actor (1 CPU) and rollout workers (the rest) that overlap. Completion lengths vary (the
 tiny model stops after a prompt-dependent number of tokens, max_new_tokens caps it), so the

@@ -30,7 +30,11 @@ class WorkerPolicy(Policy):
     def __init__(self, local: LMPolicy, pipe: AsyncPipeline) -> None:
         self.local, self.pipe = local, pipe
         self._stop = threading.Event()
-        self.fallbacks = 0  # rounds sampled locally because no worker answered
+
+    @property
+    def fallbacks(self) -> int:
+        """Rounds sampled locally because no worker answered (the pipeline counts them)."""
+        return self.pipe.counters.act_failures
 
     @property  # type: ignore[override]
     def version(self) -> int:
@@ -43,7 +47,6 @@ class WorkerPolicy(Policy):
         try:
             return [*self.pipe.act(list(inputs), self._stop)]
         except RuntimeError as e:
-            self.fallbacks += 1
             log.warning("async_grpo: %s; this peer samples the round itself", e)
             return self.local.act(inputs, stage)
         finally:

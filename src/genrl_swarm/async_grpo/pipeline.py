@@ -288,9 +288,10 @@ class AsyncPipeline:
         self.counters.updates += 1
         if self.cfg.weight_sync == "nccl":  # every member joins the broadcast; workers after their generation
             ray.get([self.learner.nccl_send.remote(), *(w.nccl_receive.remote(self.version) for w in self.workers)], timeout=self.cfg.timeout)
-        with self._lock:  # the game thread's act reads the pair
+        with self._lock:  # the game thread's act and weights() read the pair
             self._published = self.version
-            self._box = [self._state] if self.cfg.weight_sync == "object_store" else self._box
+            if self.cfg.weight_sync == "object_store":
+                self._box = [self._state]
         metrics |= self.buffer.stats.metrics() | {"async/buffer": float(len(self.buffer))}
         c = self.counters
         metrics |= {"async/discarded_groups": float(c.discarded_groups), "async/worker_failures": float(c.worker_failures),

@@ -187,12 +187,13 @@ class SharedPrefixForward:
         """Backpropagates ``loss_of(logp, chunk)`` summed over the batch's chunks."""
         last, kv = self._prompt(model, batch)
         last_leaf = last.detach().requires_grad_()
-        kv_leaves = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in kv]
+        # A prompt output no trainable parameter feeds (layer 0's keys when LoRA adapts only q and v)
+        # has no graph: its leaf asks for no gradient, so none is computed or pushed back.
+        kv_leaves = [(k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad)) for k, v in kv]
         for chunk in batch.chunks:
             loss_of(self._chunk_logps(model, batch, kv_leaves, last_leaf, chunk), chunk).backward()
         outputs = [last, *(t for pair in kv for t in pair)]
         leaves = [last_leaf, *(t for pair in kv_leaves for t in pair)]
-        # An output no trainable parameter feeds (layer 0's keys when LoRA adapts only q and v) has no graph.
-        pairs = [(o, leaf.grad) for o, leaf in zip(outputs, leaves) if leaf.grad is not None and o.requires_grad]
+        pairs = [(o, leaf.grad) for o, leaf in zip(outputs, leaves) if leaf.grad is not None]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
