@@ -27,7 +27,7 @@ import pytest
 grpc = pytest.importorskip("grpc")
 
 from genrl_swarm.agents import EnvError, EnvUnavailable, InvalidRequest, Overloaded, SessionLost, SessionNotFound, TaskSpec, ToolCall, parse_action
-from genrl_swarm.agents.frames import pack
+from genrl_swarm.sandbox.frames import pack
 from genrl_swarm.agents.host import HostConfig
 from genrl_swarm.agents.jobs import SandboxLimits
 from genrl_swarm.agents.types import MAX_TEXT, Message, StepResult, ToolError

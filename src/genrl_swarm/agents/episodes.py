@@ -17,9 +17,12 @@ from typing import Any
 
 from genrl_swarm.agents.chat import ChatRenderer, Conversation
 from genrl_swarm.agents.parsing import parse_action
-from genrl_swarm.agents.types import FinishReason, TaskSpec
+from genrl_swarm.agents.types import Action, FinishReason, Reset, StepResult, TaskSpec
+from genrl_swarm.core import meter
 from genrl_swarm.core.bodies import Episode
+from genrl_swarm.core.meter import CutOff
 from genrl_swarm.envd.api import EnvClient
+from genrl_swarm.envd.protocol import Stats
 
 
 class ReplayMismatch(ValueError):
@@ -87,10 +90,43 @@ class Replayed:
     finish_reason: FinishReason
 
 
+class MeteredEnv(EnvClient):
+    """``env``, charging the sandbox CPU each call reports to the sender being replayed
+    (``core.meter``), and refusing to go on once that sender's budget is spent."""
+
+    def __init__(self, env: EnvClient) -> None:
+        self.env = env
+
+    def _charged(self, cpu_seconds: float) -> None:
+        meter.charge(cpu_seconds)
+        if meter.remaining() <= 0:
+            raise CutOff("replaying its episode used this peer's environment past the sender's CPU budget")
+
+    def reset(self, task: TaskSpec) -> Reset:
+        first = self.env.reset(task)
+        self._charged(first.cpu_seconds)
+        return first
+
+    def step(self, session: str, action: Action, tokens: int = 0) -> StepResult:
+        result = self.env.step(session, action, tokens)
+        self._charged(result.cpu_seconds)
+        return result
+
+    def close(self, session: str) -> bool:
+        return self.env.close(session)
+
+    def stats(self) -> Stats:
+        return self.env.stats()
+
+    def shutdown(self) -> None:
+        """The wrapped client is shared: not this wrapper's to shut down."""
+
+
 def replay(episode: Episode, spec: TaskSpec, env: EnvClient, renderer: ChatRenderer) -> Replayed:
     """Rerun ``episode``'s model turns in this peer's environment; raise ReplayMismatch when a
-    prompt or tool turn differs from what the environment gives, or turns follow the end."""
-    s = Session.start(env, spec, renderer)
+    prompt or tool turn differs from what the environment gives, or turns follow the end, and
+    CutOff once the sandbox time it costs exceeds the sender's remaining budget."""
+    s = Session.start(MeteredEnv(env), spec, renderer)
     try:
         turns = episode.turns
         if turns[0] != s.conversation.turns[0]:

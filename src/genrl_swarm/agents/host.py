@@ -75,6 +75,11 @@ class Session:
     turns: int = 0
     bytes: int = 0
     busy: bool = False
+    cpu: float = 0.0  # sandbox CPU since the last step reported it
+
+    def take_cpu(self) -> float:
+        spent, self.cpu = self.cpu, 0.0
+        return spent
 
 
 class SessionHost:
@@ -106,7 +111,7 @@ class SessionHost:
         if scratch is not None:
             scratch.mkdir()
         try:
-            reply = await self.pool.run(SetupJob(task.name, spec.seed, str(scratch) if scratch else None))
+            reply, cpu = await self.pool.run(SetupJob(task.name, spec.seed, str(scratch) if scratch else None))
         except SandboxDied as e:
             self._remove_scratch(scratch)
             raise EnvError(f"setting up {task.name} (seed {spec.seed}) failed: {e}") from None
@@ -120,7 +125,7 @@ class SessionHost:
         )
         self.sessions[session_id] = Session(session_id, task, reply.setup.truth, reply.setup.state, scratch, limits)
         messages = (Message("system", SYSTEM_PROMPT), Message("user", cut(reply.setup.prompt, MAX_TEXT)))
-        return Reset(session_id, task.name, messages, tuple(t.declaration() for t in task.tools), limits)
+        return Reset(session_id, task.name, messages, tuple(t.declaration() for t in task.tools), limits, cpu)
 
     async def step(self, session_id: str, action: Action, tokens: int = 0) -> StepResult:
         session = self.sessions.get(session_id)
@@ -165,7 +170,7 @@ class SessionHost:
             return self._end(s, "error", Message("user", f"The session exchanged over {s.limits.max_bytes} bytes with its tools."))
         if s.turns >= s.limits.max_turns:
             return self._end(s, "turn_limit", message)
-        return StepResult(message, False, turn=s.turns)
+        return StepResult(message, False, turn=s.turns, cpu_seconds=s.take_cpu())
 
     async def _call(self, s: Session, call: ToolCall) -> tuple[Message, bool]:
         """The tool's result as a message, and whether the session must end (the tool broke)."""
@@ -184,9 +189,11 @@ class SessionHost:
             return said(f"Error: {problem}."), False
         s.bytes += len(json.dumps(call.arguments))
         try:
-            reply = await self.pool.run(CallJob(s.task.name, call.name, call.arguments, s.state, str(s.scratch) if s.scratch else None))
+            reply, cpu = await self.pool.run(CallJob(s.task.name, call.name, call.arguments, s.state, str(s.scratch) if s.scratch else None))
         except SandboxDied as e:
+            s.cpu += e.cpu_seconds
             return said(f"Error: {e}; the episode ends."), True
+        s.cpu += cpu
         if reply.kind == "crashed" or (reply.kind == "ok" and reply.outcome is None):
             return said(f"Error: the tool failed ({reply.message}); the episode ends."), True
         if reply.kind == "tool_failed":
@@ -198,7 +205,7 @@ class SessionHost:
         return said(content), False
 
     def _end(self, s: Session, reason: FinishReason, message: Message, reward: float = 0.0) -> StepResult:
-        return StepResult(message, True, reward, reason, s.turns)
+        return StepResult(message, True, reward, reason, s.turns, s.take_cpu())
 
     def _remove_scratch(self, scratch: Path | None) -> None:
         if scratch is not None:

@@ -52,3 +52,5 @@ class Reply(msgspec.Struct, frozen=True):
 class SandboxDied(Exception):
     """The child running a job died or was killed (CPU, memory, wall clock, crash); its session
     ends, the worker starts a new child."""
+
+    cpu_seconds: float = 0.0

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import msgspec
 
-from genrl_swarm.agents.frames import pack, read_frame
+from genrl_swarm.sandbox.frames import pack, read_frame
 from genrl_swarm.agents.jobs import EXIT_MEMORY, Job, Reply, SandboxDied, SandboxLimits
+from genrl_swarm.sandbox.kernel import process_clock
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 60.0  # a loaded machine can take seconds to start an interpreter
@@ -108,19 +109,24 @@ class SandboxPool:
                 log.error("%s; retrying in 1 s", e)
                 await asyncio.sleep(1.0)
 
-    async def run(self, job: Job) -> Reply:
-        """Run ``job`` in an idle child; SandboxDied when the child died running it."""
+    async def run(self, job: Job) -> tuple[Reply, float]:
+        """Run ``job`` in an idle child: its reply and the CPU seconds the child spent on it (read
+        from /proc, for charging whoever the job was for). SandboxDied when the child died running
+        it (its ``cpu_seconds``: what the child had spent)."""
         child = await self._idle.get()
+        before = process_clock(child.proc.pid)
         try:
             reply = await child.run(self._encode(job))
-        except SandboxDied:
+            after = process_clock(child.proc.pid)
+        except SandboxDied as e:
+            e.cpu_seconds = self.limits.cpu_seconds  # it died: assume it spent its allowance
             self._all.discard(child)
             self.deaths += 1
             if not self.closing:
                 asyncio.get_running_loop().create_task(self._replace())
             raise
         self._idle.put_nowait(child)
-        return reply
+        return reply, (after[0] - before[0]) if before and after else 0.0
 
     async def close(self) -> None:
         self.closing = True

@@ -94,6 +94,7 @@ class Reset(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...]  # OpenAI/HF tools= entries: {"type": "function", "function": {...}}
     limits: Limits
+    cpu_seconds: float = 0.0  # sandbox CPU the setup took: what a replay on a sender's behalf charges it
 
 
 class StepResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -105,3 +106,4 @@ class StepResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reward: float = 0.0
     finish_reason: FinishReason | None = None
     turn: int = 0  # turns taken so far, this one included
+    cpu_seconds: float = 0.0  # sandbox CPU this step took: what a replay on a sender's behalf charges it

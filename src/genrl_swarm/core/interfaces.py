@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from genrl_swarm.core.bodies import Body
+from genrl_swarm.core.meter import CutOff, metered
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput, Task
 
@@ -63,9 +64,11 @@ class RewardManager(ABC):
         """Score every accepted rollout (own and swarm) of ``stage`` (all stages if None).
 
         Scoring a peer's body is game code running on a stranger's data: if it raises, that
-        body is dropped for the round (and counted against its sender), never the peer; a
-        sender whose bodies take over ``cpu_budget`` seconds of CPU loses the rest of them.
-        Errors on this peer's own rollouts are bugs and propagate.
+        body is dropped for the round (and counted against its sender), never the peer. A sender
+        is charged the CPU its bodies take on this thread plus what sandboxes and services
+        report doing for it (``core.meter``), which also cut a body off when the sender's
+        ``cpu_budget`` runs out; past it, the sender loses the rest of its bodies. Errors on this
+        peer's own rollouts are bugs and propagate, except a sandbox's cut-off (``CutOff``).
         """
         scored, spent = [], defaultdict[str, float](float)
         for r in state.select(stage=stage):
@@ -74,18 +77,19 @@ class RewardManager(ABC):
                 state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring its bodies took over {cpu_budget:.2f}s of CPU", "cpu"))
                 continue
             start = time.thread_time()
-            try:
-                rewards = [float(x) for x in self.score(state.tasks[r.task_id], state.input_for(r), r)]
-                if len(rewards) != r.body.num_samples:
-                    raise ValueError(f"{type(self).__name__}.score gave {len(rewards)} rewards for {r.body.num_samples} samples")
-            except Exception as e:  # noqa: BLE001 - isolated per sender, see docstring
-                if own:
-                    raise
-                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}", "scoring"))
-                log.warning("%s: scoring %s's body failed (%s); dropped", state.peer_id, r.peer_id, e)
-                continue
-            finally:
-                spent[r.peer_id] += time.thread_time() - start
+            with metered(r.peer_id, math.inf if own else cpu_budget - spent[r.peer_id]) as elsewhere:
+                try:
+                    rewards = [float(x) for x in self.score(state.tasks[r.task_id], state.input_for(r), r)]
+                    if len(rewards) != r.body.num_samples:
+                        raise ValueError(f"{type(self).__name__}.score gave {len(rewards)} rewards for {r.body.num_samples} samples")
+                except Exception as e:  # noqa: BLE001 - isolated per sender, see docstring
+                    if own and not isinstance(e, CutOff):
+                        raise
+                    state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}", "scoring"))
+                    log.warning("%s: scoring %s's body failed (%s); dropped", state.peer_id, r.peer_id, e)
+                    continue
+                finally:
+                    spent[r.peer_id] += time.thread_time() - start + elsewhere.spent
             scored.append(ScoredRollout(r, tuple(rewards)))
         return RoundRewards(state.round, tuple(scored))
 

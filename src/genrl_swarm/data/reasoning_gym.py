@@ -1,7 +1,8 @@
 """Reasoning Gym tasks: a weighted mix of any of its datasets, fresh every round.
 
-A task keeps the answer and Reasoning Gym's entry (which holds the answer too) in its private
-metadata, for scoring; only the dataset name is public, so no stage input carries the truth.
+A task keeps the answer, Reasoning Gym's entry (which holds the answer too) and the dataset's
+config in its private metadata, for scoring (``scoring.rg``); only the dataset name is public, so
+no stage input carries the truth.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class ReasoningGymData(DataManager):
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"reasoning-gym dataset {name!r}: {e}") from e
         return [
-            Task.create(entry["question"], answer=entry["answer"], public={"dataset": name}, dataset=name, entry=entry)
+            Task.create(entry["question"], answer=entry["answer"], public={"dataset": name}, dataset=name, entry=entry, config=self.dataset_config.get(name, {}))
             for entry in dataset
         ]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import msgspec
 
 from genrl_swarm.agents.errors import EnvError, SessionLost
-from genrl_swarm.agents.frames import FrameError, pack, read_frame
+from genrl_swarm.sandbox.frames import FrameError, pack, read_frame
 from genrl_swarm.agents.host import HostConfig
 from genrl_swarm.envd.protocol import HELLO, Frame, WorkerJob, WorkerReply
 

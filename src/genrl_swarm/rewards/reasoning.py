@@ -1,8 +1,9 @@
-"""Verifiable rewards: accuracy through Reasoning Gym's own scorers, plus an optional format reward.
+"""Verifiable rewards: accuracy through Reasoning Gym's scorers, plus an optional format reward.
 
 Scores are computed on this peer from its private task (answer, Reasoning Gym entry) and the
 text this peer decoded from the rollout's ids (``rollout.texts``): nothing a sender claims
-about its own rollout is read.
+about its own rollout is read. That text is a stranger's, so it only reaches scorers through
+``genrl_swarm.scoring`` (written-here scorers in-process, any other one sandboxed).
 """
 
 from __future__ import annotations
@@ -11,28 +12,35 @@ from typing import Any
 
 from genrl_swarm.core import RewardManager, Rollout, StageInput, Task
 from genrl_swarm.lm.answers import answers_match, extract_for, well_formatted
+from genrl_swarm.scoring import Audit, Scorer
+from genrl_swarm.scoring.rg import score_entry
 
 
-def accuracy(task: Task, completion: str) -> float:
-    """Score of the completion's extracted answer: Reasoning Gym's scorer for its tasks,
-    numeric/string equality for file tasks."""
+def accuracy(task: Task, completion: str, scorer: Scorer | None = None) -> float:
+    """Score of the completion's extracted answer: ``scorer(answer, gold)`` when given,
+    Reasoning Gym's scorer for its tasks, numeric/string equality for file tasks."""
     answer = extract_for(task.answer, completion)
+    if scorer is not None:
+        return scorer(answer, task.answer)
     entry: dict[str, Any] | None = task.metadata.get("entry")
     if entry is not None:
-        import reasoning_gym
-
-        return float(reasoning_gym.get_score_answer_fn(task.metadata["dataset"])(answer=answer, entry=entry))
+        return score_entry(task.metadata["dataset"], answer, entry, task.metadata.get("config", {}))
     return 1.0 if task.answer is not None and answers_match(answer, task.answer) else 0.0
 
 
 class ReasoningReward(RewardManager):
-    """``accuracy_weight`` x accuracy + ``format_weight`` x (exactly one ``<answer>`` block)."""
+    """``accuracy_weight`` x accuracy + ``format_weight`` x (exactly one ``<answer>`` block).
 
-    def __init__(self, accuracy_weight: float = 1.0, format_weight: float = 0.0) -> None:
+    ``scorer``: a plug-in accuracy function ``package.module:function(answer, gold) -> float``.
+    It runs in the scorer sandbox unless ``scorer_audited`` says you wrote and audited it for
+    text from strangers (then in-process, faster)."""
+
+    def __init__(self, accuracy_weight: float = 1.0, format_weight: float = 0.0, scorer: str | None = None, scorer_audited: bool = False) -> None:
         self.accuracy_weight, self.format_weight = accuracy_weight, format_weight
+        self.scorer = Scorer(scorer, Audit.OURS if scorer_audited else Audit.SANDBOXED) if scorer else None
 
     def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
         return [
-            self.accuracy_weight * accuracy(task, text) + self.format_weight * float(well_formatted(text))
+            self.accuracy_weight * accuracy(task, text, self.scorer) + self.format_weight * float(well_formatted(text))
             for text in rollout.texts
         ]
