@@ -81,18 +81,27 @@ def audit_hook(root: Path) -> Any:
         full = os.path.realpath(text)
         return any(full == w or full.startswith(w + os.sep) for w in where)
 
+    def refuse(why: str) -> None:
+        VIOLATIONS.append(why[:200])
+        raise SandboxViolation(why)
+
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event.startswith(_DENIED):
-            raise SandboxViolation(f"sandbox: {event} is not allowed")
+            refuse(f"sandbox: {event} is not allowed")
         if event == "open" and args[0] is not None:
             mode, flags = args[1], args[2] if len(args) > 2 else 0
             write = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
             if not inside(args[0], (writable,) if write else (writable, *readable)):
-                raise SandboxViolation(f"sandbox: opening {args[0]!r} outside the scratch directory")
+                refuse(f"sandbox: opening {args[0]!r} outside the scratch directory")
         elif event == "sqlite3.connect" and not inside(args[0], (writable,)):
-            raise SandboxViolation(f"sandbox: database {args[0]!r} outside the scratch directory")
+            refuse(f"sandbox: database {args[0]!r} outside the scratch directory")
 
     return hook
+
+
+#: What the audit hook refused in this process, newest last: code that catches the exception
+#: (a scorer's ``except Exception``) does not hide the attempt from whoever reads this.
+VIOLATIONS: list[str] = []
 
 
 def process_clock(pid: int) -> tuple[float, bool] | None:

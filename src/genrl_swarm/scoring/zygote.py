@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from genrl_swarm.sandbox.frames import read_frame_blocking, write_frame_blocking
-from genrl_swarm.sandbox.kernel import arm_cpu, audit_hook, die_with_parent, forbid_processes, leave_network, limit_memory_and_files
+from genrl_swarm.sandbox.kernel import VIOLATIONS, arm_cpu, audit_hook, die_with_parent, forbid_processes, leave_network, limit_memory_and_files
 from genrl_swarm.scoring.jobs import ScoreReply, ScorerLimits
 from genrl_swarm.scoring.targets import resolve
 
@@ -56,7 +56,11 @@ def work(fd: int, scratch: Path) -> None:
     while (frame := read_frame_blocking(fd)) is not None:
         target, args, cpu_seconds = pickle.loads(frame)
         arm_cpu(cpu_seconds)  # the kernel's backstop; the peer watches this process's clock finer
-        write_frame_blocking(fd, encode(run_job(target, args)))
+        seen = len(VIOLATIONS)
+        reply = run_job(target, args)
+        if len(VIOLATIONS) > seen:  # the scorer may have caught the refusal: the attempt still counts
+            reply = ScoreReply(error=f"the scorer tried what the sandbox forbids ({VIOLATIONS[seen]})")
+        write_frame_blocking(fd, encode(reply))
 
 
 def fork_worker(control: socket.socket, scratch: Path) -> None:

@@ -1,0 +1,100 @@
+"""The scorer sandbox: a stranger's text never runs code in the peer, never stalls it past its
+budget, and the work done for it is charged to it (issue: third-party scorers)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from genrl_swarm.core.meter import CutOff, metered
+from genrl_swarm.scoring import ScorerFailed, ScorerLimits
+from genrl_swarm.scoring.pool import ScorerPool
+
+pytest.importorskip("reasoning_gym")
+
+SPIRAL = "genrl_swarm.scoring.rg_sandboxed:score"
+
+
+@pytest.fixture(scope="module")
+def pool() -> ScorerPool:
+    p = ScorerPool(ScorerLimits(cpu_seconds=1.0, wall_seconds=60.0, workers=2), ("genrl_swarm.scoring.rg_sandboxed",))
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def entry() -> dict:
+    import reasoning_gym
+
+    return dict(reasoning_gym.create_dataset("spiral_matrix", size=1, seed=3)[0])
+
+
+def spiral(pool: ScorerPool, entry: dict, answer: str, sender: str = "evil", budget: float = 2.0) -> tuple[float | str, float]:
+    """(score or the failure, seconds charged to ``sender``)."""
+    with metered(sender, budget) as m:
+        try:
+            return pool.call(SPIRAL, "spiral_matrix", {}, answer, entry), m.spent
+        except ScorerFailed as e:
+            return str(e), m.spent
+
+
+def test_reasoning_gyms_eval_scorer_cannot_write_a_file_or_start_a_process(pool: ScorerPool, entry: dict, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    for attack in (f'__import__("os").system("touch {marker}")', f'open("{marker}", "w").write("x")', f'__import__("subprocess").run(["touch", "{marker}"])'):
+        got, _ = spiral(pool, entry, attack)
+        assert isinstance(got, str) and "forbids" in got, got  # refused, and reported even though the scorer caught it
+    assert not marker.exists()
+
+
+def test_the_network_is_out_of_reach(pool: ScorerPool, entry: dict) -> None:
+    got, _ = spiral(pool, entry, '__import__("socket").create_connection(("127.0.0.1", 22), 1)')
+    assert isinstance(got, str) and "forbids" in got
+
+
+def test_an_exponent_tower_is_cut_off_at_the_senders_budget_and_charged(pool: ScorerPool, entry: dict) -> None:
+    start = time.monotonic()
+    got, charged = spiral(pool, entry, "9**9**9**9", budget=0.5)
+    assert isinstance(got, str) and "CPU" in got
+    assert 0.4 <= charged <= 0.8  # cut at the remaining budget (0.5 s), not the per-call cap (1 s)
+    assert time.monotonic() - start < 30  # CPU time, so a loaded machine stretches it but never unboundedly
+
+
+def test_a_scorer_that_sleeps_is_charged_and_cut_like_one_that_spins(pool: ScorerPool, entry: dict) -> None:
+    got, charged = spiral(pool, entry, '__import__("time").sleep(60)', budget=0.5)
+    assert isinstance(got, str) and charged >= 0.45
+
+
+def test_memory_is_capped(pool: ScorerPool, entry: dict) -> None:
+    got, charged = spiral(pool, entry, '"x" * (1 << 34)')
+    assert got == 0.0 or isinstance(got, str)  # a MemoryError in the worker (the scorer catches it): no 16 GiB anywhere
+    assert charged < 1.0
+
+
+def test_a_sender_cannot_change_how_another_senders_bodies_are_scored(pool: ScorerPool, entry: dict) -> None:
+    honest = " ".join(entry["answer"].split())
+    assert spiral(pool, entry, honest, "honest")[0] == 1.0
+    # poison the worker: every later score in this process would be 0 for the right answer
+    poison = '__import__("reasoning_gym").algorithmic.spiral_matrix.SpiralMatrixDataset.__dict__ and setattr(__import__("reasoning_gym").algorithmic.spiral_matrix.SpiralMatrixDataset, "score_answer", lambda *a, **k: 0.0)'
+    spiral(pool, entry, poison, "evil")
+    assert spiral(pool, entry, honest, "evil")[0] == 0.0  # the poisoner hurt only itself ...
+    assert spiral(pool, entry, honest, "honest")[0] == 1.0  # ... never another sender (its own worker)
+    assert spiral(pool, entry, honest, "newcomer")[0] == 1.0  # nor a fresh fork
+
+
+def test_a_warm_call_costs_well_under_a_millisecond_of_overhead(pool: ScorerPool, entry: dict) -> None:
+    honest = entry["answer"]
+    spiral(pool, entry, honest, "timed")
+    times = []
+    for _ in range(200):
+        start = time.perf_counter()
+        spiral(pool, entry, honest, "timed")
+        times.append(time.perf_counter() - start)
+    # the median, so a loaded machine's scheduling hiccups do not decide it; 0.3-0.4 ms quiet
+    assert statistics.median(times) < 0.005
+
+
+def test_a_cut_off_is_a_cutoff() -> None:
+    assert issubclass(ScorerFailed, CutOff)  # score_state drops it even on the peer's own body
