@@ -31,7 +31,8 @@ class ScorerLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ScoreReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A sandboxed scorer's answer: ``value`` when ``error`` is empty."""
+    """A sandboxed scorer's answer: ``value`` when ``error`` (what the scorer did: "raised ...",
+    "tried what the sandbox forbids ...") is empty."""
 
     value: float = 0.0
     error: str = ""

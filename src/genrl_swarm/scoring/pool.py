@@ -124,7 +124,7 @@ class ScorerPool:
         if reply is None:
             raise ScorerFailed(why)
         if reply.error:
-            raise ScorerFailed(f"the scorer raised {reply.error}")
+            raise ScorerFailed(f"the scorer {reply.error}")
         return reply.value
 
     def _checkout(self, sender: str) -> Worker:

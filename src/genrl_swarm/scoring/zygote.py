@@ -43,8 +43,8 @@ def run_job(target: str, args: tuple[Any, ...]) -> ScoreReply:
     except MemoryError:
         os._exit(EXIT_MEMORY)  # the heap may be damaged: leave unanswered
     except Exception as e:  # noqa: BLE001 - the scorer is untrusted to be correct; the reply says why
-        return ScoreReply(error=f"{type(e).__name__}: {e}"[:300])
-    return ScoreReply(value=value) if math.isfinite(value) else ScoreReply(error=f"the scorer returned {value}")
+        return ScoreReply(error=f"raised {type(e).__name__}: {e}"[:300])
+    return ScoreReply(value=value) if math.isfinite(value) else ScoreReply(error=f"returned {value}")
 
 
 def work(fd: int, scratch: Path) -> None:
@@ -59,7 +59,7 @@ def work(fd: int, scratch: Path) -> None:
         seen = len(VIOLATIONS)
         reply = run_job(target, args)
         if len(VIOLATIONS) > seen:  # the scorer may have caught the refusal: the attempt still counts
-            reply = ScoreReply(error=f"the scorer tried what the sandbox forbids ({VIOLATIONS[seen]})")
+            reply = ScoreReply(error=f"tried what the sandbox forbids ({VIOLATIONS[seen]})")
         write_frame_blocking(fd, encode(reply))
 
 
