@@ -2,10 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,async
+EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,async,docs
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-bandit demo-marl demo-agent test bench mutation install clean
+.PHONY: demo demo-bandit demo-marl demo-agent test bench mutation install clean docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,5 +73,9 @@ mutation: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[mutation]"
 	$(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
 
+# The documentation site (mkdocs-material + mkdocstrings) into site/; --strict fails on a broken link or reference.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .mutation contracts/node_modules dashboard/node_modules
+	rm -rf $(VENV) runs site .pytest_cache .mypy_cache .mutation contracts/node_modules dashboard/node_modules
