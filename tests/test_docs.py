@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -194,3 +195,32 @@ def test_the_readme_is_short_and_about_the_project() -> None:
     assert len(text.splitlines()) <= 250
     for history in ("this session", "the issue", "issue's"):
         assert history not in text.lower(), f"project history in the README: {history!r}"
+
+
+def _run_commands(page: Path) -> list[list[str]]:
+    """``genrl-swarm run --recipe ...`` lines of a page's bash blocks, comments and ``--resume`` off;
+    lines with placeholders (``my_recipe``, ``...``, ``<...>``) left out."""
+    commands = []
+    for block in re.findall(r"^```bash\n(.*?)^```", page.read_text(), re.S | re.M):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if line.startswith("genrl-swarm run --recipe") and not re.search(r"my_recipe|\.\.\.|<|path/to", line):
+                commands.append([a for a in shlex.split(line)[2:] if a != "--resume"])
+    return commands
+
+
+@pytest.mark.parametrize("page", [README, DOCS / "getting-started.md", DOCS / "recipes.md", DOCS / "paradigms" / "lm.md", DOCS / "scaling.md"], ids=lambda p: p.name)
+def test_the_documented_run_commands_are_valid_recipes(page: Path, tmp_path: Path) -> None:
+    """Each documented ``genrl-swarm run`` names a recipe that exists with overrides that check
+    (``genrl-swarm validate --no-build``: types and imports, no model loaded)."""
+    commands = _run_commands(page)
+    assert commands, f"no genrl-swarm run commands found in {page.name}"
+    for args in commands:
+        done = subprocess.run([sys.executable, "-m", "genrl_swarm.cli", "validate", "--no-build", *args],
+                              cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, f"{page.name}: genrl-swarm run {' '.join(args)}: {done.stderr.strip()}"
+
+
+def test_genrl_swarm_games_lists_the_packaged_games(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "genrl_swarm.cli", "games"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "bandit" in done.stdout and "reasoning_gym" in done.stdout
