@@ -8,11 +8,13 @@ about its own rollout is read. That text is a stranger's, so it only reaches sco
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from genrl_swarm.core import RewardManager, Rollout, StageInput, Task
 from genrl_swarm.lm.answers import answers_match, extract_for, well_formatted
 from genrl_swarm.scoring import Audit, Scorer
+from genrl_swarm.scoring.registry import configure, limits_from
 from genrl_swarm.scoring.rg import score_entry
 
 
@@ -33,11 +35,21 @@ class ReasoningReward(RewardManager):
 
     ``scorer``: a plug-in accuracy function ``package.module:function(answer, gold) -> float``.
     It runs in the scorer sandbox unless ``scorer_audited`` says you wrote and audited it for
-    text from strangers (then in-process, faster)."""
+    text from strangers (then in-process, faster). ``sandbox``: the sandbox's limits
+    (``ScorerLimits`` fields: cpu_seconds, wall_seconds, memory_mb, file_mb, workers)."""
 
-    def __init__(self, accuracy_weight: float = 1.0, format_weight: float = 0.0, scorer: str | None = None, scorer_audited: bool = False) -> None:
+    def __init__(
+        self,
+        accuracy_weight: float = 1.0,
+        format_weight: float = 0.0,
+        scorer: str | None = None,
+        scorer_audited: bool = False,
+        sandbox: Mapping[str, Any] | None = None,
+    ) -> None:
         self.accuracy_weight, self.format_weight = accuracy_weight, format_weight
         self.scorer = Scorer(scorer, Audit.OURS if scorer_audited else Audit.SANDBOXED) if scorer else None
+        if sandbox or (scorer and not scorer_audited):
+            configure(limits_from(sandbox or {}), (scorer.partition(":")[0],) if scorer and not scorer_audited else ())
 
     def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
         return [

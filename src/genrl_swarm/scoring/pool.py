@@ -206,6 +206,11 @@ _shared: ScorerPool | None = None
 _shared_lock = threading.Lock()
 
 
+def started() -> bool:
+    """Whether this process's shared pool exists (its limits are then fixed)."""
+    return _shared is not None
+
+
 def shared_pool(limits: ScorerLimits | None = None, modules: tuple[str, ...] = ()) -> ScorerPool:
     """The process's pool (peers of an in-memory swarm share it; each sender gets its own worker)."""
     global _shared

@@ -10,9 +10,13 @@ scorer is sandboxed unless they declare it audited themselves.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
+from genrl_swarm.scoring import pool
 from genrl_swarm.scoring.jobs import ScorerLimits
 from genrl_swarm.scoring.pool import shared_pool
 from genrl_swarm.scoring.targets import resolve
@@ -47,7 +51,22 @@ SANDBOX_MODULES: tuple[str, ...] = ("genrl_swarm.scoring.rg_sandboxed",)
 _limits = ScorerLimits()
 
 
+def _pool_started() -> bool:
+    return pool.started()
+
+
+def limits_from(fields: Mapping[str, Any]) -> ScorerLimits:
+    """A recipe's ``sandbox`` mapping as limits; ValueError names a wrong key or type."""
+    try:
+        return msgspec.convert(dict(fields), ScorerLimits)
+    except msgspec.ValidationError as e:
+        raise ValueError(f"sandbox: {e}") from None
+
+
 def configure(limits: ScorerLimits, modules: tuple[str, ...] = ()) -> None:
-    """Limits and extra modules for the process's sandbox (before its first call)."""
+    """Limits and extra modules to preload for the process's sandbox. Effective before its first
+    call; after it, limits that differ are refused (peers of one process share the sandbox)."""
     global _limits, SANDBOX_MODULES
+    if _pool_started() and limits != _limits:
+        raise ValueError(f"the scorer sandbox of this process already runs with {_limits}; every peer of a process shares it")
     _limits, SANDBOX_MODULES = limits, tuple(dict.fromkeys((*SANDBOX_MODULES, *modules)))
