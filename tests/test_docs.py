@@ -209,7 +209,7 @@ def _run_commands(page: Path) -> list[list[str]]:
     return commands
 
 
-@pytest.mark.parametrize("page", [README, DOCS / "getting-started.md", DOCS / "recipes.md", DOCS / "paradigms" / "lm.md", DOCS / "scaling.md"], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [README, *(DOCS / p for p in ("getting-started.md", "recipes.md", "scaling.md", "paradigms/lm.md", "paradigms/marl.md"))], ids=lambda p: p.name)
 def test_the_documented_run_commands_are_valid_recipes(page: Path, tmp_path: Path) -> None:
     """Each documented ``genrl-swarm run`` names a recipe that exists with overrides that check
     (``genrl-swarm validate --no-build``: types and imports, no model loaded)."""
@@ -218,6 +218,8 @@ def test_the_documented_run_commands_are_valid_recipes(page: Path, tmp_path: Pat
     for args in commands:
         done = subprocess.run([sys.executable, "-m", "genrl_swarm.cli", "validate", "--no-build", *args],
                               cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
+        if "is its extra installed?" in done.stderr:  # e.g. the marl pages without jax: a skip, not a doc error
+            pytest.skip(f"an extra this page's commands need is missing: {done.stderr.strip()}")
         assert done.returncode == 0, f"{page.name}: genrl-swarm run {' '.join(args)}: {done.stderr.strip()}"
 
 
