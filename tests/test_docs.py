@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from genrl_swarm.config import SECTIONS
+from genrl_swarm.config import SECTIONS, RecipeSchema
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
@@ -226,3 +226,77 @@ def test_the_documented_run_commands_are_valid_recipes(page: Path, tmp_path: Pat
 def test_genrl_swarm_games_lists_the_packaged_games(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "genrl_swarm.cli", "games"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "bandit" in done.stdout and "reasoning_gym" in done.stdout
+
+
+# --------------------------------------------------------------------------- the generated group reference
+CONF = ROOT / "src" / "genrl_swarm" / "conf"
+BEGIN = "<!-- generated from src/genrl_swarm/conf by `python tests/test_docs.py`; do not edit by hand -->"
+END = "<!-- end of generated reference -->"
+_KEY = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*):\s*(.*?)\s*(?:#\s*(.*))?$")
+
+
+def _option_rows(path: Path) -> tuple[str, list[tuple[str, str, str]]]:
+    """An option file's description (its leading comments) and (dotted key, default, comment) rows."""
+    lines = path.read_text().splitlines()
+    about = " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#") and "@package" not in line)
+    rows, parents = [], []  # parents: (indent, key)
+    for line in lines:
+        m = _KEY.match(line)
+        if not m or line.lstrip().startswith("#"):
+            continue
+        indent, key, value, comment = len(m.group(1)), m.group(2), m.group(3), (m.group(4) or "").strip()
+        parents = [(i, k) for i, k in parents if i < indent]
+        if key == "_target_":
+            continue
+        if value == "":
+            parents.append((indent, key))
+            continue
+        rows.append((".".join([k for _, k in parents] + [key]), value, comment))
+    return about, rows
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def group_reference() -> str:
+    """Markdown tables of every option of the shared config groups, from their YAML files."""
+    out = [BEGIN, ""]
+    for group in sorted(p for p in CONF.iterdir() if p.is_dir() and not p.name.startswith("_")):
+        for option in sorted(group.glob("*.yaml")):
+            about, rows = _option_rows(option)
+            out += [f"### `{group.name}={option.stem}`", "", about, ""]
+            if rows:
+                out += ["| key | default | meaning |", "|---|---|---|"]
+                out += [f"| `{k}` | `{v}` | {_cell(c)} |" for k, v, c in rows]
+                out.append("")
+    return "\n".join(out + [END])
+
+
+def _generated_block(text: str) -> str:
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[start:end]
+
+
+def test_the_group_reference_is_up_to_date() -> None:
+    """recipes.md's tables of the config groups' keys match the YAML files (regenerate with
+    ``python tests/test_docs.py``)."""
+    assert _generated_block((DOCS / "recipes.md").read_text()) == group_reference(), "stale: run python tests/test_docs.py"
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_the_recipe_reference_gives_the_schema_defaults(section: str) -> None:
+    """The defaults in the section tables are the ones a recipe gets (``genrl_swarm_base``)."""
+    defaults = getattr(RecipeSchema(), section)
+    text = (DOCS / "recipes.md").read_text()
+    part = re.search(rf"^## `{section}`.*?$(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert part
+    documented = {k: yaml.safe_load(v) for k, v in re.findall(r"^\| `([a-z_]+)` \| `([^`]*)`", part.group(1), re.M)}
+    assert documented == defaults
+
+
+if __name__ == "__main__":  # regenerate the group reference in docs/recipes.md
+    page = DOCS / "recipes.md"
+    text = page.read_text()
+    page.write_text(text.replace(_generated_block(text), group_reference()))
+    print(f"wrote the group reference into {page}")
