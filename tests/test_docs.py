@@ -256,7 +256,8 @@ def _option_rows(path: Path) -> tuple[str, list[tuple[str, str, str]]]:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Comment text safe in a Markdown table cell (no column breaks, no raw HTML)."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def group_reference() -> str:
@@ -265,7 +266,7 @@ def group_reference() -> str:
     for group in sorted(p for p in CONF.iterdir() if p.is_dir() and not p.name.startswith("_")):
         for option in sorted(group.glob("*.yaml")):
             about, rows = _option_rows(option)
-            out += [f"### `{group.name}={option.stem}`", "", about, ""]
+            out += [f"### `{group.name}={option.stem}`", "", _cell(about), ""]
             if rows:
                 out += ["| key | default | meaning |", "|---|---|---|"]
                 out += [f"| `{k}` | `{v}` | {_cell(c)} |" for k, v, c in rows]
