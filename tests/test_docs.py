@@ -5,6 +5,7 @@ reference lists every key the config schemas have (so it cannot drift from them)
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -227,6 +228,22 @@ def test_genrl_swarm_games_lists_the_packaged_games(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "genrl_swarm.cli", "games"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "bandit" in done.stdout and "reasoning_gym" in done.stdout
 
+
+def test_the_complete_game_of_the_guide_runs_and_learns(tmp_path: Path) -> None:
+    """The guide's one-file game and recipe, run as documented (``PYTHONPATH=. genrl-swarm run``)."""
+    text = (DOCS / "write-a-game.md").read_text()
+    (code,) = [b for b in _python_blocks(DOCS / "write-a-game.md") if "class Guesses" in b]
+    (recipe,) = [b for b in re.findall(r"^```yaml\n(.*?)^```", text, re.S | re.M) if "name: guess" in b]
+    (tmp_path / "guess.py").write_text(code)
+    (tmp_path / "guess.yaml").write_text(recipe)
+    assert "PYTHONPATH=. genrl-swarm run --recipe guess.yaml" in text
+    script = Path(sys.executable).parent / "genrl-swarm"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "genrl_swarm.cli"]
+    done = subprocess.run([*command, "run", "--recipe", "guess.yaml"], cwd=tmp_path, env={**ENV, "PYTHONPATH": "."},
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "runs" / "guess" / "peer-0" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 20 and rows[-1]["reward/swarm_mean"] > rows[0]["reward/swarm_mean"] + 0.1
 
 # --------------------------------------------------------------------------- the generated group reference
 CONF = ROOT / "src" / "genrl_swarm" / "conf"
