@@ -58,7 +58,7 @@ demo-agent: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The benchmarks of the README (minutes; SmolLM2 variants take longer, see benchmarks/).
+# The benchmarks of docs/benchmarks.md (minutes; SmolLM2 variants take longer, see benchmarks/).
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python benchmarks/bench_generation.py
