@@ -1,6 +1,6 @@
 """GameManager: the framework-defined progression, the same on every peer.
 
-    for round r:   tasks = data.round_tasks(r)
+    for round r:   tasks = data.tasks_for(r, me)     (the shared round_tasks(r), or this peer's own)
         for stage s: inputs -> policy.act -> comm.exchange -> state.record (checked per body)
         rewards = reward.score_state(state)    (local truth, also for the swarm's rollouts)
         learner.train(state, rewards); policy.load_weights(learner.weights())
@@ -11,6 +11,7 @@ Everything else (logging, checkpoints, progress) hangs off the named hooks.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -118,7 +119,7 @@ class GameManager:
 
     def play_round(self, r: int) -> RoundResult:
         state, metrics, staged = GameState(r, self.peer_id), dict[str, float](), list[ScoredRollout]()
-        state.set_tasks(self.data.round_tasks(r))
+        state.set_tasks(self.data.tasks_for(r, self.peer_id))
         per_stage, budget = self.config.train_every == "stage", self.book.config.cpu_budget
         for s in range(self.config.num_stages):
             inputs = self._stage_inputs(state, s)
@@ -126,7 +127,8 @@ class GameManager:
                 bodies = self._act(inputs, s)
             with _timed(metrics, f"time/exchange_s{s}"):
                 exchange, received = self._exchange(state, r, s, bodies)
-            refused = state.record(s, inputs, received, self.policy.check, self.policy.texts, budget)
+            tasks_of = functools.partial(self.data.tasks_for, r) if self.data.per_peer and s == 0 else None
+            refused = state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of)
             metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(refused)}
             _fire(self.hooks.after_stage, self, state, s, exchange)
             if per_stage:

@@ -34,11 +34,22 @@ class DataManager(ABC):
     """Makes each round's tasks and each stage's inputs.
 
     ``round_tasks`` must be a pure function of (swarm seed, round) so that peers sharing a
-    seed draw the same questions without talking.
+    seed draw the same questions without talking. A game where each peer gets its own questions
+    (SAPO) sets ``per_peer`` and overrides ``tasks_for``: a pure function of (swarm seed, round,
+    peer id), so that a receiver rebuilds a sender's tasks, truth included, and scores its bodies
+    itself. Per-peer questions are for single-stage games (later stages are built from the
+    answers to *this* peer's questions).
     """
+
+    #: Whether each peer plays its own questions (``tasks_for``) rather than the shared ones.
+    per_peer: bool = False
 
     @abstractmethod
     def round_tasks(self, round: int) -> list[Task]: ...
+
+    def tasks_for(self, round: int, peer_id: str) -> list[Task]:
+        """The tasks ``peer_id`` plays in ``round``: the shared ``round_tasks`` unless ``per_peer``."""
+        return self.round_tasks(round)
 
     def stage_inputs(self, state: GameState, stage: int) -> list[StageInput]:
         """Inputs for ``stage``, built from this peer's state only. Stage 0 shows each task;

@@ -16,15 +16,19 @@ from genrl_swarm.core.types import Drop, Rollout, StageInput, Task
 Check = Callable[[Body, StageInput], "str | None"]
 #: body -> the text of each sample, derived by this peer (e.g. decoded with its own tokenizer).
 Derive = Callable[[Body], "tuple[str, ...]"]
+#: sender -> its stage-0 tasks this round, rebuilt by this peer (games with per-peer questions).
+TasksOf = Callable[[str], "Sequence[Task]"]
 
 
 @dataclass
 class GameState:
     """The record of one round, queryable by stage, task and peer.
 
-    ``tasks`` holds the round's questions by id (with the ground truth, private to this peer);
-    ``inputs`` what this peer showed its policy in each stage, by task id; ``rollouts`` every
-    body accepted, this peer's own and the swarm's; ``drops`` every body refused, with why.
+    ``tasks`` holds the round's questions by id (with the ground truth, private to this peer):
+    its own, and in games with per-peer questions those of senders whose bodies it accepted
+    (rebuilt here, never read from the sender); ``inputs`` the input of each task by stage;
+    ``rollouts`` every body accepted, this peer's own and the swarm's; ``drops`` every body
+    refused, with why.
     """
 
     round: int
@@ -45,6 +49,7 @@ class GameState:
         check: Check | None = None,
         derive: Derive | None = None,
         cpu_budget: float = math.inf,
+        tasks_of: TasksOf | None = None,
     ) -> list[Drop]:
         """Store a stage: the inputs shown locally, and each peer's bodies (own included) that
         answer one of *those* inputs. A body for an unknown task, for an input other than the
@@ -52,13 +57,18 @@ class GameState:
         sender committed to (``received`` is in commitment order), or one ``check`` refuses is
         dropped with its reason; the others are kept with their derived text. A sender whose
         bodies take more than ``cpu_budget`` seconds of this thread's CPU to check and derive
-        loses the rest of them."""
-        self.inputs[stage] = {i.task_id: i for i in inputs}
+        loses the rest of them. With ``tasks_of`` (per-peer questions, stage 0) a sender's bodies
+        answer *its* tasks, which this peer rebuilds (on the sender's CPU budget) and adds to
+        ``tasks`` and ``inputs`` for the bodies it keeps."""
+        mine = {i.task_id: i for i in inputs}
+        self.inputs[stage] = dict(mine)
         dropped: list[Drop] = []
         producers: dict[tuple[str, bytes], str] = {}  # (task, content) -> first sender
         for peer, bodies in received.items():
             seen: set[str] = set()
             start = time.thread_time()
+            theirs = {t.id: t for t in tasks_of(peer)} if tasks_of is not None and peer != self.peer_id else None
+            allowed = mine if theirs is None else {i: t.input(stage) for i, t in theirs.items()}
             if len(bodies) > len(inputs):  # one body per task at most: the rest is never looked at
                 why = f"{len(bodies)} bodies for {len(inputs)} tasks; the {len(bodies) - len(inputs)} extra were not read"
                 dropped.append(Drop(peer, stage, None, why))
@@ -69,7 +79,7 @@ class GameState:
                     dropped.append(Drop(peer, stage, None, why, "cpu"))
                     break
                 try:
-                    reason, kind = self._refusal(stage, body, seen, check), "refused"
+                    reason, kind = self._refusal(stage, body, seen, check, allowed, "this peer's" if theirs is None else "the sender's"), "refused"
                     seen.add(body.task_id)  # a refused body still uses up its task: no retries
                     key = body.content_key() if reason is None else None
                     if key is not None and producers.setdefault((body.task_id, key), peer) != peer:
@@ -82,14 +92,17 @@ class GameState:
                 if reason is not None:
                     dropped.append(Drop(peer, stage, body.task_id, reason, kind))
                     continue
+                if theirs is not None:
+                    self.tasks.setdefault(body.task_id, theirs[body.task_id])
+                    self.inputs[stage].setdefault(body.task_id, allowed[body.task_id])
                 self.rollouts.append(Rollout(peer, self.round, stage, body, texts))
         self.drops.extend(dropped)
         return dropped
 
-    def _refusal(self, stage: int, body: Body, seen: set[str], check: Check | None) -> str | None:
-        own = self.inputs[stage].get(body.task_id)
+    def _refusal(self, stage: int, body: Body, seen: set[str], check: Check | None, allowed: Mapping[str, StageInput], whose: str) -> str | None:
+        own = allowed.get(body.task_id)
         if own is None:
-            return f"task {body.task_id} is not one of this peer's stage-{stage} tasks"
+            return f"task {body.task_id} is not one of {whose} stage-{stage} tasks"
         if body.task_id in seen:
             return f"a second body for task {body.task_id}"
         if body.input_digest != own.digest:

@@ -16,6 +16,7 @@ import random
 from collections.abc import Sequence
 
 from genrl_swarm.core import DataManager, Task
+from genrl_swarm.data.questions import Questions
 from genrl_swarm.data.reasoning_gym import stable_seed
 
 OPS = ("+", "-", "*")
@@ -40,9 +41,11 @@ def make_task(a: int, op: str, b: int) -> Task:
 
 class DigitArithmeticData(DataManager):
     """Each round serves ``tasks_per_round`` training problems drawn (without repeats within the
-    round) from a seed of (swarm seed, round): peers sharing the seed get the same questions."""
+    round) from a seed of (swarm seed, round): peers sharing the seed get the same questions; with
+    ``questions: per_peer``, of (swarm seed, round, peer id): each peer its own."""
 
-    def __init__(self, tasks_per_round: int = 4, eval_size: int = 48, seed: int = 0, ops: Sequence[str] = OPS) -> None:
+    def __init__(self, tasks_per_round: int = 4, eval_size: int = 48, seed: int = 0, ops: Sequence[str] = OPS, questions: str | Questions = Questions.SHARED) -> None:
+        self.per_peer = Questions.parse(questions) is Questions.PER_PEER
         universe = problems(ops)
         if tasks_per_round < 1 or not 0 <= eval_size <= len(universe) - tasks_per_round:
             raise ValueError(f"need tasks_per_round >= 1 and 0 <= eval_size <= {len(universe)} - tasks_per_round, "
@@ -53,7 +56,13 @@ class DigitArithmeticData(DataManager):
         self._train = universe[eval_size:]
 
     def round_tasks(self, round: int) -> list[Task]:
-        rng = random.Random(stable_seed(self.seed, "digits-round", round))
+        return self._draw(round)
+
+    def tasks_for(self, round: int, peer_id: str) -> list[Task]:
+        return self._draw(round, peer_id) if self.per_peer else self._draw(round)
+
+    def _draw(self, round: int, *peer: str) -> list[Task]:
+        rng = random.Random(stable_seed(self.seed, "digits-round", round, *peer))
         return [make_task(*p) for p in rng.sample(self._train, self.tasks_per_round)]
 
     def eval_tasks(self) -> list[Task]:

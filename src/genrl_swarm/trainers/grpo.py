@@ -34,6 +34,7 @@ from genrl_swarm.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
 from genrl_swarm.trainers.grpo_loss import Aggregation, OffPolicy, Scale, group_advantages, grpo_loss
 from genrl_swarm.trainers.precision import Precision, autocast, compute_dtype
 from genrl_swarm.trainers.prefix import Chunk, Chunking, PrefixBatch, SharedPrefixForward, group_by_prompt
+from genrl_swarm.trainers.selection import sapo_select
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
 
@@ -150,13 +151,12 @@ class GRPOLearner(Learner):
 
     # ------------------------------------------------------------------ data
     def select(self, state: GameState, rewards: RoundRewards) -> list[ScoredRollout]:
-        """SAPO: ``num_local`` own rollouts and ``num_external`` sampled from the swarm's."""
+        """SAPO: ``num_local`` own rollouts and ``num_external`` informative ones from the swarm,
+        senders taking turns (``trainers.selection``)."""
         usable = [s for s in rewards.scored if isinstance(s.rollout.body, TokenRollout)]
         own = [s for s in usable if s.rollout.peer_id == state.peer_id]
         swarm = [s for s in usable if s.rollout.peer_id != state.peer_id]
-        if 0 <= self.cfg.num_local < len(own):
-            own = self.rng.sample(own, self.cfg.num_local)
-        return own + self.rng.sample(swarm, min(self.cfg.num_external, len(swarm)))
+        return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng)
 
     def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
         """(prompt ids, completion ids, behaviour log-probs, advantage) per completion, exactly

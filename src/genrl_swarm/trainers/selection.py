@@ -1,0 +1,44 @@
+"""SAPO's choice of what a peer trains on: its own groups, and the swarm's that can teach it.
+
+A group whose rewards are all equal has zero advantage and trains nothing; drawing the external
+share uniformly and dropping such groups afterwards (as a uniform draw does) wastes the share on
+questions the swarm found all-easy or all-hard. SAPO filters first, then draws. The draw goes
+round-robin over senders in a random order, so one sender gets at most its fair share
+(``ceil(num_external / senders)``) while others have informative groups left: a flooder sending
+many groups cannot fill the external share.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+
+from genrl_swarm.core.types import ScoredRollout
+
+
+def informative(group: ScoredRollout) -> bool:
+    """Rewards that differ: the group has an advantage to learn from."""
+    return max(group.rewards) - min(group.rewards) > 1e-6
+
+
+def draw_external(swarm: Sequence[ScoredRollout], num_external: int, rng: random.Random) -> list[ScoredRollout]:
+    """Up to ``num_external`` informative swarm groups, senders taking turns in a random order."""
+    by_sender: dict[str, list[ScoredRollout]] = defaultdict(list)
+    for group in swarm:
+        if informative(group):
+            by_sender[group.rollout.peer_id].append(group)
+    queues = [rng.sample(groups, len(groups)) for _, groups in sorted(by_sender.items())]
+    rng.shuffle(queues)
+    chosen: list[ScoredRollout] = []
+    while len(chosen) < num_external and queues:
+        queues = [q for q in queues if q]
+        for q in queues[: num_external - len(chosen)]:
+            chosen.append(q.pop())
+    return chosen
+
+
+def sapo_select(own: Sequence[ScoredRollout], swarm: Sequence[ScoredRollout], num_local: int, num_external: int, rng: random.Random) -> list[ScoredRollout]:
+    """``num_local`` of this peer's groups (all when negative) and ``draw_external`` of the swarm's."""
+    mine = list(own) if num_local < 0 or num_local >= len(own) else rng.sample(list(own), num_local)
+    return mine + draw_external(swarm, num_external, rng)
