@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from genrl_swarm.cli import main as cli_main
 from genrl_swarm.config import SECTIONS, RecipeSchema
 
 ROOT = Path(__file__).parents[1]
@@ -211,17 +212,18 @@ def _run_commands(page: Path) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("page", [README, *(DOCS / p for p in ("getting-started.md", "recipes.md", "scaling.md", "paradigms/lm.md", "paradigms/marl.md"))], ids=lambda p: p.name)
-def test_the_documented_run_commands_are_valid_recipes(page: Path, tmp_path: Path) -> None:
+def test_the_documented_run_commands_are_valid_recipes(page: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Each documented ``genrl-swarm run`` names a recipe that exists with overrides that check
     (``genrl-swarm validate --no-build``: types and imports, no model loaded)."""
     commands = _run_commands(page)
     assert commands, f"no genrl-swarm run commands found in {page.name}"
+    monkeypatch.chdir(tmp_path)
     for args in commands:
-        done = subprocess.run([sys.executable, "-m", "genrl_swarm.cli", "validate", "--no-build", *args],
-                              cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
-        if "is its extra installed?" in done.stderr:  # e.g. the marl pages without jax: a skip, not a doc error
-            pytest.skip(f"an extra this page's commands need is missing: {done.stderr.strip()}")
-        assert done.returncode == 0, f"{page.name}: genrl-swarm run {' '.join(args)}: {done.stderr.strip()}"
+        code = cli_main(["validate", "--no-build", *args])
+        err = capsys.readouterr().err
+        if "is its extra installed?" in err:  # e.g. the marl pages without jax: a skip, not a doc error
+            pytest.skip(f"an extra this page's commands need is missing: {err.strip()}")
+        assert code == 0, f"{page.name}: genrl-swarm run {' '.join(args)}: {err.strip()}"
 
 
 def test_genrl_swarm_games_lists_the_packaged_games(tmp_path: Path) -> None:
