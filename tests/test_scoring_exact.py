@@ -66,3 +66,49 @@ def test_every_sapo_dataset_is_scored_here_or_in_the_sandbox() -> None:
 
     assert {d for d in SAPO_DATASETS if where(d) is Audit.OURS} == set(EXACT)
     assert where("propositional_logic") is Audit.SANDBOXED and where("spiral_matrix") is Audit.SANDBOXED
+
+
+def completions(answer: str, rng: random.Random) -> Iterator[str]:
+    """Whole completions around an answer: closed, unclosed, repeated, upper-case and bare tags,
+    boxed, bold, phrases, trailing numbers."""
+    for a in variants(answer, rng):
+        a = a or ""
+        yield from (f"<answer>{a}</answer>", f"Let me think.\n<answer>\n{a}\n</answer>", f"<answer>{a}", f"<ANSWER>{a}</ANSWER>", a)
+        yield from (f"<answer>0</answer> no, <answer>{a}</answer>", f"<answer>{a}</answer><answer>1</answer>", f"\\boxed{{{a}}}", f"**{a}**")
+        yield from (f"The answer is {a}", f"<answer> {a} </answer> 7", f"<answer><answer>{a}</answer></answer>")
+
+
+#: The configs the test runs with: defaults, and one the recipe changed (the official scorer must use it too).
+CONFIGS = {"decimal_arithmetic": {"min_num_decimal_places": 5, "max_num_decimal_places": 5, "precision": 9}}
+
+
+@pytest.mark.parametrize("dataset", ["arc_1d", "basic_arithmetic", "base_conversion", "bf", "binary_matrix", "calendar_arithmetic", "decimal_arithmetic", "fraction_simplification", "propositional_logic"])
+def test_the_evaluation_metric_is_reasoning_gyms_own(dataset: str) -> None:
+    from reasoning_gym.utils import extract_answer
+
+    from genrl_swarm.data.reasoning_gym import ReasoningGymData
+    from genrl_swarm.rewards.reasoning import accuracy
+
+    config = CONFIGS.get(dataset, {})
+    official = reasoning_gym.create_dataset(dataset, size=1, seed=0, **config)
+    data = ReasoningGymData([dataset], tasks_per_round=8, eval_size=0, seed=5, dataset_config={dataset: config} if config else None)
+    rng, checked = random.Random(1), 0
+    for round in range(4 if dataset == "propositional_logic" else 12):
+        for task in data.round_tasks(round):
+            entry = task.metadata["entry"]
+            oracle = entry["answer"] if entry["answer"] is not None else entry["metadata"].get("example_answer", "")
+            for text in completions(oracle, rng):
+                want = official.score_answer(extract_answer(text), entry)
+                assert accuracy(task, text) == pytest.approx(want, abs=1e-12), (dataset, text)
+                checked += 1
+    assert checked > 1000
+
+
+def test_a_latex_fraction_is_read_whole_not_as_its_denominator() -> None:
+    from genrl_swarm.core import Task
+    from genrl_swarm.rewards.reasoning import lenient_accuracy
+
+    task = Task.create("Simplify 6/8", answer="3/4")
+    assert lenient_accuracy(task, "so it is \\frac{3}{4}") == 1.0
+    assert lenient_accuracy(task, "<answer>\\dfrac{3}{4}</answer>") == 1.0
+    assert lenient_accuracy(Task.create("2 - 1?", answer="1"), "4") == 0.0

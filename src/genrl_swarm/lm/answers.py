@@ -30,6 +30,17 @@ def extract_answer(text: str) -> str | None:
     return _clean(lines[-1]) if lines else None
 
 
+def tagged_answer(text: str) -> str | None:
+    """Reasoning Gym's extraction (``reasoning_gym.utils.extract_answer``), in linear time: the
+    content of the last closed ``<answer>...</answer>`` pair (case-sensitive, pairs taken left to
+    right without overlap, each open tag closed by the first close after it), stripped; None when
+    there is none. Its regex (``<answer>\\s?(.*?)\\s?</answer>``) is quadratic on unclosed tags."""
+    found, at = None, 0
+    while (start := text.find(OPEN, at)) >= 0 and (end := text.find(CLOSE, start + len(OPEN))) >= 0:
+        found, at = (start + len(OPEN), end), end + len(CLOSE)
+    return None if found is None else text[found[0] : found[1]].strip()
+
+
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 
 
@@ -38,10 +49,14 @@ def last_number(text: str) -> str | None:
     return found[-1].replace(",", "") if found else None
 
 
+_LATEX_FRACTION = re.compile(r"\\d?frac\{\s*(-?\d{1,64})\s*\}\{\s*(\d{1,64})\s*\}")
+
+
 def extract_for(gold: str | None, text: str) -> str | None:
     """``extract_answer``, but when the gold answer is a number and the extracted text is not,
-    fall back to the last number in the completion ("... so 4 x 9 = 36")."""
-    answer = extract_answer(text)
+    fall back to the last number in the completion ("... so 4 x 9 = 36"). LaTeX fractions
+    (``\\frac{3}{4}``) read as ``3/4`` first: the last number of one is its denominator."""
+    answer = extract_answer(_LATEX_FRACTION.sub(r"\1/\2", text))
     if gold is not None and _number(gold) is not None and (answer is None or _number(answer) is None):
         return last_number(answer or "") or last_number(text) or answer
     return answer

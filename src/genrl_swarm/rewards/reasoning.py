@@ -12,15 +12,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from genrl_swarm.core import RewardManager, Rollout, StageInput, Task
-from genrl_swarm.lm.answers import answers_match, extract_for, well_formatted
+from genrl_swarm.lm.answers import answers_match, extract_for, tagged_answer, well_formatted
 from genrl_swarm.scoring import Audit, Scorer
 from genrl_swarm.scoring.registry import configure, limits_from
 from genrl_swarm.scoring.rg import score_entry
 
 
 def accuracy(task: Task, completion: str, scorer: Scorer | None = None) -> float:
-    """Score of the completion's extracted answer: ``scorer(answer, gold)`` when given,
-    Reasoning Gym's scorer for its tasks, numeric/string equality for file tasks."""
+    """The evaluation metric. Reasoning Gym tasks: exactly Reasoning Gym's own — its extraction
+    (the last closed ``<answer>`` block) and its scorer on the dataset as the recipe configured
+    it. A plug-in ``scorer(answer, gold)`` or, for other tasks, numeric/string equality get the
+    lenient extraction (``extract_for``)."""
+    entry: dict[str, Any] | None = task.metadata.get("entry")
+    if scorer is None and entry is not None:
+        return score_entry(task.metadata["dataset"], tagged_answer(completion), entry, task.metadata.get("config", {}))
+    return lenient_accuracy(task, completion, scorer)
+
+
+def lenient_accuracy(task: Task, completion: str, scorer: Scorer | None = None) -> float:
+    """Credit for the answer wherever a small model leaves it (an unclosed tag, ``\\boxed{}``,
+    "the answer is", the last number): a shaping term for training, never the evaluation metric."""
     answer = extract_for(task.answer, completion)
     if scorer is not None:
         return scorer(answer, task.answer)
@@ -31,7 +42,8 @@ def accuracy(task: Task, completion: str, scorer: Scorer | None = None) -> float
 
 
 class ReasoningReward(RewardManager):
-    """``accuracy_weight`` x accuracy + ``format_weight`` x (exactly one ``<answer>`` block).
+    """``accuracy_weight`` x accuracy (the evaluation metric) + ``lenient_weight`` x lenient
+    accuracy (a shaping term) + ``format_weight`` x (exactly one ``<answer>`` block).
 
     ``scorer``: a plug-in accuracy function ``package.module:function(answer, gold) -> float``.
     It runs in the scorer sandbox unless ``scorer_audited`` says you wrote and audited it for
@@ -42,17 +54,19 @@ class ReasoningReward(RewardManager):
         self,
         accuracy_weight: float = 1.0,
         format_weight: float = 0.0,
+        lenient_weight: float = 0.0,
         scorer: str | None = None,
         scorer_audited: bool = False,
         sandbox: Mapping[str, Any] | None = None,
     ) -> None:
-        self.accuracy_weight, self.format_weight = accuracy_weight, format_weight
+        self.accuracy_weight, self.format_weight, self.lenient_weight = accuracy_weight, format_weight, lenient_weight
         self.scorer = Scorer(scorer, Audit.OURS if scorer_audited else Audit.SANDBOXED) if scorer else None
         if sandbox or (scorer and not scorer_audited):
             configure(limits_from(sandbox or {}), (scorer.partition(":")[0],) if scorer and not scorer_audited else ())
 
     def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
-        return [
-            self.accuracy_weight * accuracy(task, text, self.scorer) + self.format_weight * float(well_formatted(text))
-            for text in rollout.texts
-        ]
+        return [self._reward(task, text) for text in rollout.texts]
+
+    def _reward(self, task: Task, text: str) -> float:
+        reward = self.accuracy_weight * accuracy(task, text, self.scorer) + self.format_weight * float(well_formatted(text))
+        return reward + (self.lenient_weight * lenient_accuracy(task, text, self.scorer) if self.lenient_weight else 0.0)
