@@ -247,6 +247,23 @@ def test_the_complete_game_of_the_guide_runs_and_learns(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "runs" / "guess" / "peer-0" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 20 and rows[-1]["reward/swarm_mean"] > rows[0]["reward/swarm_mean"] + 0.1
 
+
+#: File names the docs mention that a run or a user writes, not files of the repository.
+RUNTIME_FILES = {"state.json", "policy.json", "FILE.peers.json", "mygame/game.py", "./mygame/game.py", "guess.py", "guess.yaml"}
+
+
+def test_every_source_file_the_docs_name_exists() -> None:
+    """A `path.py` (or .yaml, .sol, ...) in backticks names a file of the repository: a renamed or
+    moved module must not leave the docs pointing at nothing."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    tracked += [str(p.relative_to(ROOT)) for p in (ROOT / "src").rglob("*") if p.is_file()]  # new files not yet committed
+    missing = []
+    for page in [README, *PAGES]:
+        for name in sorted(set(re.findall(r"`([A-Za-z0-9_./-]+\.(?:py|yaml|sol|sh|ts))`", page.read_text()))):
+            if name not in RUNTIME_FILES and not any(f == name or f.endswith("/" + name.lstrip("./")) for f in tracked):
+                missing.append(f"{page.name}: {name}")
+    assert not missing, f"the docs name files that do not exist: {missing}"
+
 # --------------------------------------------------------------------------- the generated group reference
 CONF = ROOT / "src" / "genrl_swarm" / "conf"
 BEGIN = "<!-- generated from src/genrl_swarm/conf by `python tests/test_docs.py`; do not edit by hand -->"
