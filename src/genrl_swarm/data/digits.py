@@ -13,7 +13,7 @@ never trained on.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from genrl_swarm.core import DataManager, Task
 from genrl_swarm.data.questions import Questions
@@ -44,8 +44,19 @@ class DigitArithmeticData(DataManager):
     round) from a seed of (swarm seed, round): peers sharing the seed get the same questions; with
     ``questions: per_peer``, of (swarm seed, round, peer id): each peer its own."""
 
-    def __init__(self, tasks_per_round: int = 4, eval_size: int = 48, seed: int = 0, ops: Sequence[str] = OPS, questions: str | Questions = Questions.SHARED) -> None:
+    def __init__(
+        self,
+        tasks_per_round: int = 4,
+        eval_size: int = 48,
+        seed: int = 0,
+        ops: Sequence[str] = OPS,
+        questions: str | Questions = Questions.SHARED,
+        peer_ops: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         self.per_peer = Questions.parse(questions) is Questions.PER_PEER
+        self.peer_ops = {peer: tuple(o) for peer, o in (peer_ops or {}).items()}  # specialties: a peer trains on its ops only
+        if any(not o or set(o) - set(ops) for o in self.peer_ops.values()):
+            raise ValueError(f"peer_ops: each peer needs a non-empty subset of ops {list(ops)}, got {self.peer_ops}")
         universe = problems(ops)
         if tasks_per_round < 1 or not 0 <= eval_size <= len(universe) - tasks_per_round:
             raise ValueError(f"need tasks_per_round >= 1 and 0 <= eval_size <= {len(universe)} - tasks_per_round, "
@@ -63,7 +74,9 @@ class DigitArithmeticData(DataManager):
 
     def _draw(self, round: int, *peer: str) -> list[Task]:
         rng = random.Random(stable_seed(self.seed, "digits-round", round, *peer))
-        return [make_task(*p) for p in rng.sample(self._train, self.tasks_per_round)]
+        ops = self.peer_ops.get(peer[0]) if peer else None
+        pool = self._train if ops is None else [p for p in self._train if p[1] in ops]
+        return [make_task(*p) for p in rng.sample(pool, min(self.tasks_per_round, len(pool)))]
 
     def eval_tasks(self) -> list[Task]:
         return list(self._eval)
