@@ -105,3 +105,16 @@ def test_a_two_peer_swarm_on_per_peer_questions_scores_and_trains_on_each_others
         for r in results[m.peer_id]:
             assert set(r.rewards) == {a, b} and not r.dropped  # each scored the other on the other's questions
     assert {t.id for t in managers[0].data.tasks_for(0, a)}.isdisjoint({t.id for t in managers[0].data.tasks_for(0, b)})
+
+
+def test_the_papers_recipe_runs_two_rounds_on_the_tiny_model(tmp_path: Path) -> None:
+    from genrl_swarm.config import load_recipe
+    from genrl_swarm.run.launcher import build_managers, run_managers
+
+    overrides = [f"run.dir={tmp_path / 'run'}", "run.tensorboard=false", "run.console=false", "run.plot=false", "run.checkpoint_every=0",
+                 "policy.model=tiny-random", "policy.sampling.max_new_tokens=16", "game.max_rounds=2", "game.mode=train"]  # fmt: skip
+    managers, _ = build_managers(load_recipe("reasoning_gym/sapo", overrides))
+    assert len(managers) == 8 and managers[0].learner.cfg.num_external == 4 and managers[0].learner.cfg.beta == 0.0
+    results = run_managers(managers)
+    assert all([r.round for r in rows] == [0, 1] for rows in results.values())
+    assert all(len(r.rewards) == 8 for rows in results.values() for r in rows)  # everyone scored everyone
