@@ -98,3 +98,16 @@ def test_a_warm_call_costs_well_under_a_millisecond_of_overhead(pool: ScorerPool
 
 def test_a_cut_off_is_a_cutoff() -> None:
     assert issubclass(ScorerFailed, CutOff)  # score_state drops it even on the peer's own body
+
+
+def test_a_dead_zygote_is_restarted_on_the_next_call(entry: dict) -> None:
+    p = ScorerPool(ScorerLimits(workers=1), ("genrl_swarm.scoring.rg_sandboxed",))
+    try:
+        honest = entry["answer"]
+        assert spiral(p, entry, honest, "a")[0] == 1.0
+        assert p._zygote is not None
+        p._zygote.kill()
+        p._zygote.wait()
+        assert spiral(p, entry, honest, "b")[0] == 1.0  # a new sender: a fork from a fresh zygote
+    finally:
+        p.close()

@@ -160,7 +160,8 @@ class ScorerPool:
 
     def _fork(self, sender: str) -> Worker:
         with self._cond:  # one fork request at a time on the control socket
-            control = self._control if self._zygote is not None and self._zygote.poll() is None else self._start()
+            alive = self._control is not None and self._zygote is not None and self._zygote.poll() is None
+            control = self._control if alive and self._control is not None else self._start()
             control.sendall(b"f")
             msg, fds, _, _ = socket.recv_fds(control, 4, 1)
             if len(msg) != 4 or len(fds) != 1:
@@ -170,10 +171,12 @@ class ScorerPool:
 
     def _start(self) -> socket.socket:
         """Start the zygote (lazily: peers that never score untrusted text never pay for it)."""
+        if self._control is not None:  # a zygote that died: its socket goes with it
+            self._control.close()
         ours, theirs = socket.socketpair()
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         args = [sys.executable, "-m", "genrl_swarm.scoring.zygote", msgspec.json.encode(self.limits).decode(), str(self._scratch), *self.modules]
-        self._zygote = subprocess.Popen(args, stdin=theirs, env=env)  # noqa: S603 - our own module
+        self._zygote = subprocess.Popen(args, stdin=theirs.fileno(), env=env)  # noqa: S603 - our own module
         theirs.close()
         ours.settimeout(START_TIMEOUT)
         try:
