@@ -8,17 +8,22 @@ pragma solidity 0.8.28;
 /// Rewards are honest by construction, not by trust:
 /// - the unit is the account (msg.sender): one account = one peer = one voter; the peer id an
 ///   account registers is only a display label, so nothing can be squatted;
-/// - an account scores OTHER accounts only (never itself), once per round, with bounded
-///   fixed-point scores (the client scales floats by REWARD_SCALE);
-/// - a peer's reward for a round is the lower median of the scores the others gave it, so one
-///   outlier (or a minority of colluders) cannot inflate it;
-/// - finalizeRound adds each median to the peer's total and gives the round's single win to the
-///   highest median (ties: lowest keccak(round, account), a per-round order no account wins always).
+/// - an account reports once per round: its bounded fixed-point scores (the client scales floats
+///   by REWARD_SCALE) of the accounts it played with, itself included; an empty report is refused;
+/// - the VOTERS of a round are the accounts that reported it. A peer's reward for the round is the
+///   median of every voter's score of it, a voter that did not score it counting NEUTRAL (0), and
+///   NEUTRAL once more as a tie-breaker when the voters are even in number. So raising or lowering
+///   a reward past NEUTRAL takes a strict majority of the round's voters: an account nobody honest
+///   scored gets NEUTRAL whatever its friends say, and half of the voters (one hostile peer of a
+///   3-peer swarm scoring the other two) cannot move an honest peer's reward out of the range the
+///   honest voters gave it;
+/// - finalizeRound settles a round in pages of at most ``maxPeers`` scored peers (anyone may call
+///   it, as often as it takes): each page adds its peers' rewards to their totals, and the last
+///   gives the round's single win to the highest reward (ties: lowest keccak(round, account), a
+///   per-round order no account wins always).
 ///
-/// Gas (every peer scoring every other): finalizeRound reads every score of the round (4 per
-/// storage slot) and selects each peer's median in memory: 0.5M gas at 10 peers, 5.0M at 50,
-/// 16.6M at 100. It grows with peers^2: past ~120 scored peers a round no longer settles within
-/// a 30M-gas block. submitScores costs the reporter 0.3M (10 peers) to 2M (100 peers).
+/// Gas: a page costs about (peers in the page) x (voters of the round) reads; a report one storage
+/// write per score. docs/trust.md has the measured table (benchmarks/bench_chain_gas.py).
 contract SwarmCoordinator {
     // ------------------------------------------------------------------ errors
     error NotOwner(address caller);
@@ -36,10 +41,12 @@ contract SwarmCoordinator {
     error LengthMismatch(uint256 peers, uint256 scores);
     error DuplicatePeer(address peer);
     error UnsortedPeers(uint256 index);
-    error SelfScore(address account);
+    error EmptyReport();
     error ScoreOutOfRange(address peer, int256 score);
     error AlreadyFinalized(uint256 round);
     error RoundOpen(uint256 round, uint256 currentRound);
+    error RoundSettling(uint256 round);
+    error ZeroPageSize();
 
     // ------------------------------------------------------------------ events
     event OwnershipTransferred(address indexed previousOwner, address indexed newOwner);
@@ -50,6 +57,7 @@ contract SwarmCoordinator {
     event RoundAdvanced(uint256 indexed round);
     event ScoresSubmitted(uint256 indexed round, address indexed reporter, address[] peers, int256[] scores);
     event RoundFinalized(uint256 indexed round, address winner, uint256 scoredPeers);
+    event RoundPageSettled(uint256 indexed round, uint256 settled, uint256 scoredPeers);
     event BootnodesChanged(uint256 count);
 
     // ------------------------------------------------------------------ constants
@@ -58,6 +66,8 @@ contract SwarmCoordinator {
     /// @notice |score| <= MAX_SCORE, i.e. |reward| <= 1e6; fits the int64 scores are stored as.
     int256 public constant MAX_SCORE = 1e6 * REWARD_SCALE;
     uint256 public constant MAX_LABEL = 128;
+    /// @notice What a voter that did not score a peer counts as, and the tie-breaking vote.
+    int256 public constant NEUTRAL = 0;
 
     // ------------------------------------------------------------------ state
     address public owner;
@@ -82,6 +92,8 @@ contract SwarmCoordinator {
     mapping(uint256 => uint256) private _reporterCount; // round => accounts that submitted
     mapping(uint256 => bool) private _finalized;
     mapping(uint256 => address) private _winner;
+    mapping(uint256 => int256) private _best; // round => highest reward settled so far
+    mapping(uint256 => uint256) private _settled; // round => scored peers settled so far (the page cursor)
     string[] private _bootnodes;
 
     modifier onlyOwner() {
@@ -172,8 +184,8 @@ contract SwarmCoordinator {
     }
 
     // ------------------------------------------------------------------ scores
-    /// @notice The caller's scores of OTHER registered accounts for ``round``, once per round.
-    /// ``peers`` strictly ascending (so unique, checked in one pass), never the caller.
+    /// @notice The caller's scores of registered accounts (itself included) for ``round``, once
+    /// per round, never empty. ``peers`` strictly ascending (so unique, checked in one pass).
     /// Accepted for the current round and the one before: a peer reports the round it just
     /// finished, and the stage manager may have advanced the round a moment earlier (it reports
     /// and advances as soon as ITS round is done). One round of grace is enough for any peer that
@@ -184,8 +196,10 @@ contract SwarmCoordinator {
         if (round > currentRound) revert FutureRound(round, currentRound);
         if (round + 1 < currentRound) revert RoundClosed(round, currentRound);
         if (_finalized[round]) revert AlreadyFinalized(round);
+        if (_settled[round] > 0) revert RoundSettling(round);
         if (_reported[round][msg.sender]) revert AlreadyScored(round, msg.sender);
         if (peers.length != scores.length) revert LengthMismatch(peers.length, scores.length);
+        if (peers.length == 0) revert EmptyReport();
         _reported[round][msg.sender] = true;
         _reporterCount[round] += 1;
         for (uint256 i = 0; i < peers.length; i++) {
@@ -195,7 +209,6 @@ contract SwarmCoordinator {
                 if (peer == peers[i - 1]) revert DuplicatePeer(peer);
                 revert UnsortedPeers(i);
             }
-            if (peer == msg.sender) revert SelfScore(peer);
             if (!_peers[peer].registered) revert NotRegistered(peer);
             if (score > MAX_SCORE || score < -MAX_SCORE) revert ScoreOutOfRange(peer, score);
             int64[] storage list = _scores[round][peer];
@@ -206,44 +219,73 @@ contract SwarmCoordinator {
     }
 
     /// @notice True once no score can change ``round``: it is past, and either every
-    /// registered account has reported it or its grace round is over too.
+    /// registered account has reported it, or its grace round is over too, or its settling began.
     function canFinalize(uint256 round) public view returns (bool) {
         if (_finalized[round] || round >= currentRound) return false;
-        return round + 1 < currentRound || _reporterCount[round] == _accounts.length;
+        return round + 1 < currentRound || _reporterCount[round] == _accounts.length || _settled[round] > 0;
     }
 
-    /// @notice Settles ``round`` (anyone may call it, once): each scored peer's total grows by
-    /// its median, and the peer with the highest median wins the round (one win per round).
-    function finalizeRound(uint256 round) external {
+    /// @notice Settles the next page of at most ``maxPeers`` scored peers of ``round`` (anyone may
+    /// call it, until it returns true): each peer's total grows by its reward; the last page gives
+    /// the round's win to the highest reward. Once a page is settled the round takes no report.
+    function finalizeRound(uint256 round, uint256 maxPeers) external returns (bool done) {
         if (_finalized[round]) revert AlreadyFinalized(round);
         if (!canFinalize(round)) revert RoundOpen(round, currentRound);
-        _finalized[round] = true;
+        if (maxPeers == 0) revert ZeroPageSize();
         address[] storage scored = _scoredPeers[round];
-        address winner;
-        int256 best;
-        uint256 bestTie;
-        for (uint256 i = 0; i < scored.length; i++) {
+        uint256 from = _settled[round];
+        uint256 to = scored.length - from > maxPeers ? from + maxPeers : scored.length;
+        uint256 voters = _reporterCount[round];
+        address winner = _winner[round];
+        int256 best = _best[round];
+        for (uint256 i = from; i < to; i++) {
             address peer = scored[i];
-            int256 median = _median(_scores[round][peer]);
-            _peers[peer].total += median;
-            uint256 tie = uint256(keccak256(abi.encode(round, peer)));
-            if (winner == address(0) || median > best || (median == best && tie < bestTie)) {
-                (winner, best, bestTie) = (peer, median, tie);
+            int256 reward = _reward(_scores[round][peer], voters);
+            _peers[peer].total += reward;
+            if (winner == address(0) || reward > best || (reward == best && _tie(round, peer) < _tie(round, winner))) {
+                (winner, best) = (peer, reward);
             }
         }
-        if (winner != address(0)) {
-            _peers[winner].wins += 1;
-            _winner[round] = winner;
+        (_winner[round], _best[round]) = (winner, best);
+        _settled[round] = to == 0 ? 1 : to; // an empty round is one page
+        emit RoundPageSettled(round, to, scored.length);
+        done = to == scored.length;
+        if (done) {
+            _finalized[round] = true;
+            if (winner != address(0)) _peers[winner].wins += 1;
+            emit RoundFinalized(round, winner, scored.length);
         }
-        emit RoundFinalized(round, winner, scored.length);
     }
 
-    /// @dev Lower median (element (n - 1) / 2 of the sorted scores): inflating a peer takes a
-    /// strict majority of its scorers, so a lone friend of a 3-peer swarm cannot. Quickselect
-    /// (Hoare partition, middle pivot): linear on average, quadratic at worst like a sort.
-    function _median(int64[] storage list) private view returns (int256) {
+    function _tie(uint256 round, address peer) private pure returns (uint256) {
+        return uint256(keccak256(abi.encode(round, peer)));
+    }
+
+    /// @dev The median of ``voters`` votes: the scores in ``list`` (each by a distinct voter), a
+    /// NEUTRAL vote for every voter that gave none, and one more NEUTRAL when ``voters`` is even,
+    /// so the count is odd and each side of the median needs a strict majority. Only ``list`` is
+    /// copied to memory: the NEUTRAL votes are counted, not stored, so a page costs what its
+    /// peers' scores cost, however many voters scored nobody.
+    function _reward(int64[] storage list, uint256 voters) private view returns (int256) {
+        uint256 m = list.length;
+        if (m == 0) return NEUTRAL;
+        uint256 neutrals = voters - m + (voters % 2 == 0 ? 1 : 0);
+        uint256 k = (m + neutrals - 1) / 2; // the median's index among all the votes
         int64[] memory v = list;
-        uint256 k = (v.length - 1) / 2;
+        uint256 below;
+        uint256 equal;
+        for (uint256 i = 0; i < m; i++) {
+            if (v[i] < NEUTRAL) below++;
+            else if (v[i] == NEUTRAL) equal++;
+        }
+        if (k < below) return _select(v, k);
+        if (k < below + equal + neutrals) return NEUTRAL;
+        return _select(v, k - neutrals);
+    }
+
+    /// @dev Element ``k`` of ``v`` sorted (``v`` is reordered). Quickselect (Hoare partition,
+    /// middle pivot): linear on average, quadratic at worst like a sort.
+    function _select(int64[] memory v, uint256 k) private pure returns (int256) {
         uint256 lo = 0;
         uint256 hi = v.length - 1;
         unchecked {
@@ -290,12 +332,12 @@ contract SwarmCoordinator {
         for (uint256 i = 0; i < accounts.length; i++) out[i] = _peers[accounts[i]].registered;
     }
 
-    /// @notice ``account``'s reward for ``round`` (the median so far, final once the round is)
-    /// and how many accounts scored it.
+    /// @notice ``account``'s reward for ``round`` (among the voters so far, final once the round
+    /// is) and how many voters scored it.
     function roundReward(uint256 round, address account) external view returns (int256 median, uint256 scorers) {
         int64[] storage list = _scores[round][account];
         scorers = list.length;
-        median = scorers == 0 ? int256(0) : _median(list);
+        median = _reward(list, _reporterCount[round]);
     }
 
     function hasScored(uint256 round, address account) external view returns (bool) {

@@ -17,7 +17,7 @@ import pytest
 
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.coord.errors import CoordinatorError
-from genrl_swarm.coord.scores import MAX_REWARD, REWARD_SCALE, check_reward, lower_median, round_winner
+from genrl_swarm.coord.scores import MAX_REWARD, REWARD_SCALE, check_reward, round_reward, round_winner
 from genrl_swarm.core.types import RoundResult, tie_break
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -49,14 +49,18 @@ def test_the_bounds_match_the_contracts() -> None:
     assert (MAX_REWARD, REWARD_SCALE) == (1e6, 1_000_000)
 
 
-@pytest.mark.parametrize("values, median", [([5.0], 5.0), ([3.0, 1.0, 2.0], 2.0), ([4.0, 1.0, 3.0, 2.0], 2.0), ([9.0, 1.0], 1.0)])
-def test_lower_median_is_element_n_minus_1_halved_of_the_sorted_values(values: list[float], median: float) -> None:
-    assert lower_median(values) == median
+@pytest.mark.parametrize(
+    "scores, voters, reward",
+    [([5.0], 1, 5.0), ([3.0, 1.0, 2.0], 3, 2.0), ([4.0, 1.0, 3.0, 2.0], 4, 2.0), ([9.0, 1.0], 2, 1.0), ([-9.0, 1.0], 2, 0.0),
+     ([1e6], 5, 0.0), ([1e6, 1e6, 1e6], 5, 1e6), ([], 3, 0.0), ([-1.0, -2.0], 3, -1.0)],
+)  # fmt: skip
+def test_round_reward_is_the_median_of_the_votes_missing_ones_and_ties_neutral(scores: list[float], voters: int, reward: float) -> None:
+    assert round_reward(scores, voters) == reward
 
 
-def test_lower_median_of_nothing_is_an_error() -> None:
-    with pytest.raises(ValueError, match="median of no scores"):
-        lower_median([])
+def test_round_reward_takes_no_more_scores_than_voters() -> None:
+    with pytest.raises(ValueError, match="3 scores from 2 voters"):
+        round_reward([1.0, 2.0, 3.0], 2)
 
 
 def test_round_winner_is_the_highest_median_and_ties_go_by_the_round_hash() -> None:
@@ -171,8 +175,8 @@ def test_settled_wins_and_rewards_accumulate_over_rounds() -> None:
 def test_restore_replaces_the_settled_books_and_keeps_the_open_rounds() -> None:
     c = local("a", "b")
     for r in range(3):
-        say(c, r, "a", {"b": 0.5})
-        say(c, r, "b", {"a": 0.25})
+        say(c, r, "a", {"a": 0.25, "b": 0.5})
+        say(c, r, "b", {"a": 0.25, "b": 0.5})
         c.finish_round(r)  # at round 3: rounds 0 and 1 settled, round 2 still open
     c.restore("a", 10.0, 7)
     assert c.tally("a") == (10.25, 7) and c.tally("b") == (1.5, 3)
@@ -558,7 +562,7 @@ def test_report_sorts_accounts_as_the_contract_wants(tester: Any, contract: Any,
 def test_an_unexpected_revert_is_raised(tester: Any, contract: Any, tmp_path: Path) -> None:
     stranger = coordinator(tester, contract, tmp_path, 2)  # never registered
     with pytest.raises(ContractRevert) as caught:
-        stranger.report(RoundResult(0, "p2", {}, ()))
+        stranger.report(RoundResult(0, "p2", {"p2": 0.5}, ()))
     assert caught.value.name == "NotRegistered"
 
 
@@ -566,12 +570,12 @@ def test_settle_stops_at_the_first_open_round_and_resumes(tester: Any, contract:
     manager, b = coordinator(tester, contract, tmp_path, 0), coordinator(tester, contract, tmp_path, 1)
     manager.register("p0")
     b.register("p1")
-    manager.report(RoundResult(0, "p0", {}, ()))
+    manager.report(RoundResult(0, "p0", {"p0": 0.5}, ()))
     manager.finish_round(0)  # round 0 open: p1 has not reported, its grace round runs
     assert manager.current_round() == 1 and manager._unsettled == 0
     b.finish_round(0)  # not the stage manager: the round stays
     assert b.current_round() == 1
-    b.report(RoundResult(0, "p1", {}, ()))
+    b.report(RoundResult(0, "p1", {"p1": 0.5}, ()))
     b.settle()  # everyone reported round 0: it settles
     assert contract.functions.roundStatus(0).call()[0] and b._unsettled == 1
     manager.finish_round(0)  # an old round: no advance; round 0 is found settled already

@@ -1,6 +1,6 @@
-"""LocalCoordinator keeps the books by the contract's rules: a peer's reward is the lower median
-of the OTHER peers' scores, its own claim never counts (except alone), scores are bounded and
-finite, and a round gives one win, to the highest median. Each attack here passed before."""
+"""LocalCoordinator keeps the books by the contract's rules: a peer's reward is the median of all
+the round's voters' scores (a missing one NEUTRAL), so its own claim is one vote and never a
+majority; scores are bounded and finite, and a round gives one win, to the highest reward."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from genrl_swarm.coord import LocalCoordinator
-from genrl_swarm.coord.scores import lower_median
+from genrl_swarm.coord.scores import round_reward
 from genrl_swarm.core.types import RoundResult, tie_break
 
 
@@ -26,12 +26,12 @@ def report(c: LocalCoordinator, round: int, peer: str, rewards: dict[str, float]
     c.report(RoundResult(round, peer, rewards, winners))
 
 
-def test_a_self_claimed_reward_is_ignored() -> None:
+def test_a_self_claimed_reward_is_one_vote_never_a_majority() -> None:
     c = swarm("a", "b", "c")
     report(c, 0, "a", {"a": 1e5, "b": 0.2, "c": 0.3})  # old rule: a's total became 1e5
     report(c, 0, "b", {"a": 0.1, "b": 1e5, "c": 0.3})
     report(c, 0, "c", {"a": 0.2, "b": 0.4, "c": 1e5})
-    assert c.standings() == {"a": 0.1, "b": 0.2, "c": 0.3}  # lower medians of the others' scores
+    assert c.standings() == {"a": 0.2, "b": 0.4, "c": 0.3}  # medians of three votes, one of them the claim
 
 
 @pytest.mark.parametrize("value", [1e9, -1e9, float("nan"), float("inf"), float("-inf"), "0.5", True])
@@ -51,7 +51,7 @@ def test_the_median_ignores_one_outlier() -> None:
     report(c, 0, "d", {"a": 1e6})  # a friend's outlier
     report(c, 0, "e", {"a": 0.4})
     assert c.tally("a")[0] == 0.5
-    assert lower_median([0.25, 1e6]) == 0.25  # two scorers: a lone friend cannot inflate
+    assert round_reward([0.25, 1e6], 2) == 0.25  # two voters: a lone friend cannot inflate
 
 
 def test_a_round_gives_one_win_to_the_highest_median_whatever_the_votes() -> None:
@@ -78,33 +78,33 @@ def test_a_swarm_of_one_counts_its_own_score() -> None:
 
 def test_one_report_per_peer_and_round_from_registered_peers_only() -> None:
     c = swarm("a", "b")
-    report(c, 0, "a", {"b": 1.0})
+    report(c, 0, "a", {"a": 1.0, "b": 1.0})
     with pytest.raises(ValueError, match="already reported round 0"):
         report(c, 0, "a", {"b": 1.0})
     with pytest.raises(ValueError, match="before registering"):
         report(c, 0, "mallory", {"b": 1.0})
-    report(c, 0, "b", {"a": 1.0, "mallory": 1.0})  # an unregistered peer is not scored
+    report(c, 0, "b", {"a": 1.0, "b": 1.0, "mallory": 1.0})  # an unregistered peer is not scored
     assert c.standings() == {"a": 1.0, "b": 1.0}
 
 
 def test_a_settled_round_never_changes(caplog: pytest.LogCaptureFixture) -> None:
     c = swarm("a", "b", settle_wait=0)
-    report(c, 0, "a", {"b": 0.5})
+    report(c, 0, "a", {"a": 0.25, "b": 0.5})
     c.finish_round(0)
-    report(c, 1, "a", {"b": 0.5})
+    report(c, 1, "a", {"a": 0.25, "b": 0.5})
     c.finish_round(1)  # round 0 is settled: only the current and the previous round are open
     with caplog.at_level("WARNING"):
         report(c, 0, "b", {"a": 1e6})
     assert "settled already" in caplog.text
-    report(c, 1, "b", {"a": 0.25})  # the previous round still takes a late report
-    assert c.tally("a") == (0.25, 0) and c.tally("b") == (1.0, 2)
+    report(c, 1, "b", {"a": 0.25, "b": 0.5})  # the previous round still takes a late report
+    assert c.tally("a") == (0.5, 0) and c.tally("b") == (1.0, 2)
 
 
 def test_finish_round_waits_for_the_rounds_other_reporters() -> None:
     """So the books a peer logs and checkpoints right after its round are complete."""
     c = swarm("a", "b", settle_wait=10)
-    late = threading.Timer(0.3, lambda: report(c, 0, "b", {"a": 0.5}))
-    report(c, 0, "a", {"b": 0.25})
+    late = threading.Timer(0.3, lambda: report(c, 0, "b", {"a": 0.5, "b": 0.25}))
+    report(c, 0, "a", {"a": 0.5, "b": 0.25})
     late.start()
     c.finish_round(0)
     assert c.tally("a") == (0.5, 1)
@@ -118,6 +118,6 @@ def test_finish_round_waits_for_the_rounds_other_reporters() -> None:
 def test_restore_continues_the_books() -> None:
     c = swarm("a", "b")
     c.restore("a", 3.5, 2)
-    report(c, 4, "b", {"a": 0.5})
-    report(c, 4, "a", {"b": 0.0})
+    report(c, 4, "b", {"a": 0.5, "b": 0.0})
+    report(c, 4, "a", {"a": 0.5, "b": 0.0})
     assert c.tally("a") == (4.0, 3) and c.tally("b") == (0.0, 0)

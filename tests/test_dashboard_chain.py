@@ -32,7 +32,7 @@ def test_standings_come_from_the_contract_best_first() -> None:
         scores = [round(given[next(j for j, c in enumerate(clients) if c.address == a)] * SCALE) for a in others]
         client.transact(contract.functions.submitScores(0, others, scores))
     clients[0].transact(contract.functions.advanceRound())
-    clients[0].transact(contract.functions.finalizeRound(0))
+    clients[0].transact(contract.functions.finalizeRound(0, 64))
 
     chain = ChainStandings("in-process", address, w3=w3).read()
     assert chain["error"] is None and (chain["round"], chain["stage"], chain["stages"]) == (1, 0, 1)

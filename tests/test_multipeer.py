@@ -188,9 +188,9 @@ def referee(request: pytest.FixtureRequest) -> Referee:
 
 
 def everyone_reports(ref: Referee, round: int, score_of: dict[str, float]) -> None:
-    """Every peer scores every other peer with the same value ``score_of[peer]``."""
+    """Every peer scores every peer, itself included, with the same value ``score_of[peer]``."""
     for reporter in PEERS:
-        ref.report(round, reporter, {p: v for p, v in score_of.items() if p != reporter})
+        ref.report(round, reporter, dict(score_of))
 
 
 def test_the_highest_median_wins_among_four_peers(referee: Referee) -> None:
@@ -217,41 +217,42 @@ def test_a_tie_goes_to_one_peer_by_the_per_round_hash(referee: Referee) -> None:
     assert referee.standings() == {"p0": 0.5, "p1": 1.5, "p2": 1.5, "p3": 1.5}
 
 
-def test_rewards_are_the_lower_median_of_the_other_peers_scores(referee: Referee) -> None:
-    referee.report(0, "p0", {"p1": 0.25, "p2": 0.5, "p3": 1.0})
-    referee.report(0, "p1", {"p0": 0.5, "p2": 0.75, "p3": 0.25})
-    referee.report(0, "p2", {"p0": 1.0, "p1": 0.75, "p3": 0.5})
-    referee.report(0, "p3", {"p0": 0.25, "p1": 0.5, "p2": 1.0})
+def test_rewards_are_the_median_of_all_the_voters_scores(referee: Referee) -> None:
+    referee.report(0, "p0", {"p0": 0.5, "p1": 0.25, "p2": 0.5, "p3": 1.0})
+    referee.report(0, "p1", {"p0": 0.5, "p1": 0.5, "p2": 0.75, "p3": 0.25})
+    referee.report(0, "p2", {"p0": 1.0, "p1": 0.75, "p2": 0.75, "p3": 0.5})
+    referee.report(0, "p3", {"p0": 0.25, "p1": 0.5, "p2": 1.0, "p3": 0.5})
     referee.settle(0)
-    # p0: (0.25, 0.5, 1.0) -> 0.5; p1: (0.25, 0.5, 0.75) -> 0.5; p2: (0.5, 0.75, 1.0) -> 0.75; p3: (0.25, 0.5, 1.0) -> 0.5
+    # four voters and the NEUTRAL tie-breaker: p0: (0, .25, .5, .5, 1) -> .5; p1: (0, .25, .5, .5, .75) -> .5;
+    # p2: (0, .5, .75, .75, 1) -> .75; p3: (0, .25, .5, .5, 1) -> .5
     assert referee.standings() == {"p0": 0.5, "p1": 0.5, "p2": 0.75, "p3": 0.5}
     assert referee.wins()["p2"] == 1
 
 
 def test_a_duplicate_report_counts_once(referee: Referee) -> None:
-    referee.report(0, "p0", {"p1": 0.5, "p2": 0.25, "p3": 0.25})
+    referee.report(0, "p0", {"p0": 0.25, "p1": 0.5, "p2": 0.25, "p3": 0.25})
     referee.report_again(0, "p0", {"p1": 0.0, "p2": 1.0, "p3": 1.0})  # neither replaces nor adds
-    referee.report(0, "p1", {"p0": 0.25, "p2": 0.25, "p3": 0.25})
-    referee.report(0, "p2", {"p0": 0.25, "p1": 0.75, "p3": 0.25})
+    referee.report(0, "p1", {"p0": 0.25, "p1": 0.25, "p2": 0.25, "p3": 0.25})
+    referee.report(0, "p2", {"p0": 0.25, "p1": 0.75, "p2": 0.25, "p3": 0.25})
     referee.settle(0)
-    # p1: (0.5, 0.75) -> 0.5; had the second report been added or taken instead, p0's 0.0 would make it 0.0
+    # p1: (0.25, 0.5, 0.75) -> 0.5; had the second report been taken instead, p0's 0.0 would make it 0.25
     assert referee.standings() == {"p0": 0.25, "p1": 0.5, "p2": 0.25, "p3": 0.25}
     assert referee.wins() == {"p0": 0, "p1": 1, "p2": 0, "p3": 0}
 
 
 def test_a_missing_report_costs_only_its_own_scores(referee: Referee) -> None:
-    referee.report(0, "p0", {"p1": 0.5, "p2": 0.25, "p3": 0.75})
-    referee.report(0, "p1", {"p0": 0.75, "p2": 0.5, "p3": 0.75})
-    referee.report(0, "p2", {"p0": 0.5, "p1": 1.0, "p3": 0.75})  # p3 never reports
+    referee.report(0, "p0", {"p0": 0.5, "p1": 0.5, "p2": 0.25, "p3": 0.75})
+    referee.report(0, "p1", {"p0": 0.75, "p1": 0.5, "p2": 0.5, "p3": 0.75})
+    referee.report(0, "p2", {"p0": 0.5, "p1": 1.0, "p2": 0.25, "p3": 0.75})  # p3 never reports
     referee.settle(0)
-    # p0: (0.75, 0.5) -> 0.5; p1: (0.5, 1.0) -> 0.5; p2: (0.25, 0.5) -> 0.25; p3: (0.75, 0.75, 0.75) -> 0.75
+    # three voters: p0: (.5, .5, .75) -> .5; p1: (.5, .5, 1) -> .5; p2: (.25, .25, .5) -> .25; p3: (.75, .75, .75) -> .75
     assert referee.standings() == {"p0": 0.5, "p1": 0.5, "p2": 0.25, "p3": 0.75}
     assert referee.wins() == {"p0": 0, "p1": 0, "p2": 0, "p3": 1}
 
 
 def test_a_report_for_a_settled_round_changes_nothing(referee: Referee, caplog: pytest.LogCaptureFixture) -> None:
-    referee.report(0, "p0", {"p1": 0.5, "p2": 0.25})
-    referee.report(0, "p1", {"p0": 0.25, "p2": 0.25})
+    referee.report(0, "p0", {"p0": 0.25, "p1": 0.5, "p2": 0.25})
+    referee.report(0, "p1", {"p0": 0.25, "p1": 0.5, "p2": 0.25})
     referee.settle(0)
     before = referee.standings(), referee.wins()
     with caplog.at_level(logging.WARNING):
@@ -261,10 +262,10 @@ def test_a_report_for_a_settled_round_changes_nothing(referee: Referee, caplog: 
 
 
 def test_a_late_report_for_the_previous_round_still_counts(referee: Referee) -> None:
-    referee.report(0, "p0", {"p1": 0.5, "p2": 0.25})
-    referee.report(0, "p1", {"p0": 0.25, "p2": 0.5})
+    referee.report(0, "p0", {"p0": 0.25, "p1": 0.5, "p2": 0.25})
+    referee.report(0, "p1", {"p0": 0.25, "p1": 0.5, "p2": 0.5})
     referee.finish(0)
-    referee.report(0, "p2", {"p0": 0.5, "p1": 1.0})  # the grace round: round 0 is the previous one
+    referee.report(0, "p2", {"p0": 0.5, "p1": 1.0, "p2": 0.25})  # the grace round: round 0 is the previous one
     referee.settle(0)
     assert referee.standings() == {"p0": 0.25, "p1": 0.5, "p2": 0.25, "p3": 0.0}
     assert referee.wins() == {"p0": 0, "p1": 1, "p2": 0, "p3": 0}

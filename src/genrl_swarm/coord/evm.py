@@ -207,8 +207,8 @@ def connect(rpc_url: str) -> Any:
 
 class EvmCoordinator(Coordinator):
     """The referee on chain: registers this peer's account, follows the chain's round, submits
-    this peer's scores of the OTHER peers, settles past rounds, and advances the round when
-    this account is the stage manager.
+    this peer's scores of the peers it played with (itself included: one vote of many), settles
+    past rounds page by page, and advances the round when this account is the stage manager.
 
     Scores are credited to accounts. A peer id's account is learned from the peer's signed
     commitments (``learn_accounts``) and used only once the account's on-chain label names that
@@ -227,7 +227,10 @@ class EvmCoordinator(Coordinator):
         round_wait: float = 120.0,
         retries: int = 5,
         w3: Any = None,
+        settle_page: int = 64,
     ) -> None:
+        if settle_page < 1:
+            raise CoordinatorError(f"settle_page must be >= 1, got {settle_page}")
         rpc_url = rpc_url or os.environ.get(RPC_ENV, "http://127.0.0.1:8545")
         contract = contract or os.environ.get(CONTRACT_ENV)
         if not contract:
@@ -238,6 +241,7 @@ class EvmCoordinator(Coordinator):
             raise CoordinatorError(f"no contract at {contract} on {rpc_url}: deploy one with `genrl-swarm chain deploy`")
         self.contract = self.w3.eth.contract(address=contract, abi=artifact()["abi"])
         self.round_wait = round_wait
+        self.settle_page = settle_page  # scored peers per finalizeRound page (halved when one fails)
         self.account = self.client.address
         self.peer_id = ""
         self.claimed: dict[str, str] = {}  # peer id -> account it signed, not yet confirmed on chain
@@ -286,16 +290,15 @@ class EvmCoordinator(Coordinator):
         return int(self.client.call(self._fn("currentRound")))
 
     def report(self, result: RoundResult) -> None:
-        """Submit this peer's scores of the others whose account it knows (its own is never
-        sent: the chain takes a peer's reward from what the others say)."""
+        """Submit this peer's scores of the peers whose account it knows, its own included (the
+        chain takes a peer's reward from all the round's voters, so its own is one vote). A report
+        with no score is not sent: the contract refuses it (an empty report is no vote)."""
         self._wait_for_round(result.round)
         accounts = self._confirmed()
         scores: dict[str, int] = {}
         skipped = []
         for peer, reward in result.rewards.items():
-            account = accounts.get(peer)
-            if peer == self.peer_id or account == self.account:
-                continue
+            account = self.account if peer == result.peer_id else accounts.get(peer)
             if account is None:
                 skipped.append(peer)
                 continue
@@ -305,9 +308,12 @@ class EvmCoordinator(Coordinator):
                 log.warning("%s: round %d: %s; not submitted", self.peer_id, result.round, e)
         if skipped:
             log.debug("%s: round %d: no confirmed account for %s: their scores stay off chain", self.peer_id, result.round, ", ".join(sorted(skipped)))
+        if not scores:
+            log.info("%s: round %d: no score to submit (the chain takes no empty report)", self.peer_id, result.round)
+            return
         ordered = sorted(scores, key=lambda a: int(a, 16))  # the contract takes peers strictly ascending
         fn = self._fn("submitScores", result.round, ordered, [scores[a] for a in ordered])
-        self._idempotent(fn, ("AlreadyScored", "AlreadyFinalized", "RoundClosed"))
+        self._idempotent(fn, ("AlreadyScored", "AlreadyFinalized", "RoundClosed", "RoundSettling"))
 
     def _idempotent(self, fn: Any, done_errors: tuple[str, ...]) -> None:
         """A resumed peer may repeat what it already did, a late one may find the round
@@ -317,7 +323,7 @@ class EvmCoordinator(Coordinator):
         except ContractRevert as e:
             if e.name not in done_errors:
                 raise
-            (log.warning if e.name == "RoundClosed" else log.info)("%s: %s", self.peer_id, e)
+            (log.warning if e.name in ("RoundClosed", "RoundSettling") else log.info)("%s: %s", self.peer_id, e)
 
     def _wait_for_round(self, r: int) -> None:
         deadline = time.monotonic() + self.round_wait
@@ -339,15 +345,39 @@ class EvmCoordinator(Coordinator):
 
     def settle(self) -> None:
         """Finalize past rounds from the oldest this peer has not seen settled; stops at the
-        first that is still open (someone has yet to report it within its grace round)."""
+        first that is still open (someone has yet to report it within its grace round). A round
+        that fails to settle is logged and tried again after the next round: settling is anyone's
+        job, and never worth crashing a peer that is training."""
         chain = self.current_round()
         while self._unsettled < chain:
-            finalized, _, _ = self.client.call(self._fn("roundStatus", self._unsettled))
-            if not finalized:
-                if not self.client.call(self._fn("canFinalize", self._unsettled)):
+            try:
+                if not self._settle_round(self._unsettled):
                     return
-                self._idempotent(self._fn("finalizeRound", self._unsettled), ("AlreadyFinalized",))
+            except CoordinatorError as e:
+                log.warning("%s: round %d not settled (%s); tried again after the next round", self.peer_id, self._unsettled, e)
+                return
             self._unsettled += 1
+
+    def _settle_round(self, r: int) -> bool:
+        """Sends ``finalizeRound`` pages until round ``r`` is settled (True) or found still open
+        (False). A page that fails other than by a revert (out of gas, too big for a block) is
+        retried at half the size, down to one peer."""
+        page = self.settle_page
+        while True:
+            finalized, _, _ = self.client.call(self._fn("roundStatus", r))
+            if finalized:
+                return True
+            if not self.client.call(self._fn("canFinalize", r)):
+                return False
+            try:
+                self._idempotent(self._fn("finalizeRound", r, page), ("AlreadyFinalized",))
+            except ContractRevert:
+                raise
+            except CoordinatorError:
+                if page == 1:
+                    raise
+                page //= 2
+                log.info("%s: round %d: a settle page failed, retrying with %d peers a page", self.peer_id, r, page)
 
     def standings(self) -> dict[str, float]:
         """Total reward per peer id whose account this peer knows (its own included)."""

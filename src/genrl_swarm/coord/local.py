@@ -1,10 +1,12 @@
 """LocalCoordinator: the in-process referee (the default).
 
 It keeps the books by the rules the contract enforces on chain (coord/scores.py): a report is
-the reporter's scores of the peers; a peer's reward for a round is the lower median of the
-OTHER reporters' scores for it (its own claim never counts, except in a swarm of one, where it
-is all there is); the round's one win goes to the highest median. Reports are accepted for the
-current and the previous round; older rounds are settled (frozen) and never change.
+the reporter's scores of the peers it played with, itself included; the round's voters are the
+peers whose report scored anyone (an empty report is no vote); a peer's reward is the median of
+all the voters' scores of it, a missing score counting NEUTRAL (``round_reward``), so only a
+strict majority of the voters moves it; the round's one win goes to the highest reward. Reports
+are accepted for the current and the previous round; older rounds are settled (frozen) and never
+change.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 
-from genrl_swarm.coord.scores import check_reward, lower_median, round_winner
+from genrl_swarm.coord.scores import check_reward, round_reward, round_winner
 from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.types import RoundResult
 
@@ -37,6 +39,7 @@ class LocalCoordinator(Coordinator):
         # Open rounds: round -> peer -> reporter -> score; round -> reporters.
         self._scores: defaultdict[int, defaultdict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
         self._reporters: defaultdict[int, set[str]] = defaultdict(set)
+        self._voters: defaultdict[int, set[str]] = defaultdict(set)  # reporters that scored someone
         # Settled books (restored checkpoints plus frozen rounds, added in round order).
         self._rewards: defaultdict[str, float] = defaultdict(float)
         self._wins: Counter[str] = Counter()
@@ -67,6 +70,9 @@ class LocalCoordinator(Coordinator):
             for peer, score in scores.items():
                 if peer in self.peers:
                     self._scores[r][peer][reporter] = score
+                    self._voters[r].add(reporter)
+            if reporter not in self._voters[r]:
+                log.info("%s reported no score of a registered peer for round %d: not a vote", reporter, r)
             self._cond.notify_all()
 
     def finish_round(self, round: int) -> None:
@@ -87,14 +93,9 @@ class LocalCoordinator(Coordinator):
                 self._cond.wait(left)
 
     def _medians(self, r: int) -> dict[str, float]:
-        """Each scored peer's reward for round ``r``: the lower median of the others' scores."""
-        solo = len(self.peers) == 1
-        medians = {}
-        for peer, by in self._scores.get(r, {}).items():
-            counted = [score for reporter, score in by.items() if reporter != peer or solo]
-            if counted:
-                medians[peer] = lower_median(counted)
-        return medians
+        """Each scored peer's reward for round ``r``: the median of all the round's votes on it."""
+        voters = len(self._voters.get(r, ()))
+        return {peer: round_reward(list(by.values()), voters) for peer, by in self._scores.get(r, {}).items()}
 
     def _freeze(self, r: int) -> None:
         medians = self._medians(r)
@@ -105,6 +106,7 @@ class LocalCoordinator(Coordinator):
             self._wins[winner] += 1
         self._scores.pop(r, None)
         self._reporters.pop(r, None)
+        self._voters.pop(r, None)
 
     def _books(self) -> tuple[dict[str, float], Counter[str]]:
         """Settled books plus the open rounds, in round order (the same sums a resumed run makes)."""

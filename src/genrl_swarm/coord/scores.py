@@ -1,14 +1,18 @@
 """The scoring rules every coordinator follows (the contract enforces the same ones on chain).
 
-A peer's reward for a round is what the OTHER peers say it earned: the lower median of their
-scores, so its own claim never counts and one outlier cannot move it. The round's single win
-goes to the highest median.
+The voters of a round are the peers that reported it. A peer's reward for the round is the
+median of every voter's score of it (its own included: it is one voter among many), a voter that
+did not score it counting NEUTRAL, plus one NEUTRAL tie-breaking vote when the voters are even in
+number. Moving a reward past NEUTRAL thus takes a strict majority of the round's voters: an
+account nobody honest scored gets NEUTRAL whatever its friends say, and one hostile peer of three
+cannot push an honest peer out of the range the honest voters gave it. The round's single win
+goes to the highest reward.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 
 from genrl_swarm.core.types import tie_break
 
@@ -16,6 +20,8 @@ from genrl_swarm.core.types import tie_break
 MAX_REWARD = 1e6
 #: Fixed-point scale of rewards on chain.
 REWARD_SCALE = 1_000_000
+#: What a voter's missing score counts as (and the tie-breaking vote); the contract's NEUTRAL.
+NEUTRAL = 0.0
 
 
 def check_reward(peer: str, value: object) -> float:
@@ -28,13 +34,14 @@ def check_reward(peer: str, value: object) -> float:
     return x
 
 
-def lower_median(values: Iterable[float]) -> float:
-    """Element (n - 1) // 2 of the sorted values: raising it takes a strict majority of the
-    scorers (a lone friend in a 3-peer swarm cannot), the same rule as the contract's."""
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("median of no scores")
-    return ordered[(len(ordered) - 1) // 2]
+def round_reward(scores: Collection[float], voters: int) -> float:
+    """The median of ``voters`` votes: ``scores`` (each by a distinct voter), NEUTRAL for each
+    voter that gave none, and one more NEUTRAL when ``voters`` is even (an odd count, so either
+    side needs a strict majority); the contract's ``_reward``."""
+    if len(scores) > voters:
+        raise ValueError(f"{len(scores)} scores from {voters} voters")
+    votes = sorted([*scores, *[NEUTRAL] * (voters - len(scores) + (1 - voters % 2))])
+    return votes[(len(votes) - 1) // 2]
 
 
 def round_winner(round: int, medians: Mapping[str, float]) -> str | None:
