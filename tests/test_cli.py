@@ -25,8 +25,8 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Replace the launcher: record what the CLI would run instead of starting peers."""
     calls: list[dict[str, Any]] = []
 
-    def fake(cfg: Any, resume: bool = False, stream: Any = None) -> RunSummary:
-        calls.append({"cfg": cfg, "resume": resume, "stream": stream})
+    def fake(cfg: Any, resume: bool = False, stream: Any = None, overwrite: bool = False, keep_results: bool = True) -> RunSummary:
+        calls.append({"cfg": cfg, "resume": resume, "stream": stream, "overwrite": overwrite, "keep_results": keep_results})
         return RunSummary(Path("runs/x"), standings={"peer-0": 1.0})
 
     monkeypatch.setattr("genrl_swarm.run.launcher.run_recipe", fake)

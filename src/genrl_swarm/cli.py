@@ -10,6 +10,8 @@ import argparse
 import logging
 import os
 import re
+import shlex
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -17,8 +19,11 @@ from genrl_swarm import __version__
 from genrl_swarm.comm.errors import SwarmFailure
 from genrl_swarm.coord.errors import CoordinatorError
 from genrl_swarm.config import RecipeError, check_components, load_recipe, packaged_recipes, resolve, validate
+from genrl_swarm.core.identity import IdentityError
+from genrl_swarm.run.rundir import RunDirError
+from genrl_swarm.run.stopping import Terminated, exit_status, terminate_like_interrupt
 
-EXIT_RECIPE, EXIT_SWARM, EXIT_CHAIN, EXIT_INTERRUPTED = 2, 3, 4, 130
+EXIT_RECIPE, EXIT_SWARM, EXIT_CHAIN = 2, 3, 4  # a stop by a signal: 128 + its number (130, 143)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,13 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     recipe_help = "a recipe YAML file, a packaged game (bandit) or a game's recipe (multistage_math/msm_dapodata_grpo.yaml)"
     run = sub.add_parser("run", help="play a recipe's game")
     run.add_argument("--recipe", required=True, help=recipe_help)
-    run.add_argument("--resume", action="store_true", help="continue from each peer's latest checkpoint")
+    _add_existing(run)
     run.add_argument("overrides", nargs="*", help="Hydra overrides")
     swarm = sub.add_parser("swarm", help="join (or start) a decentralized swarm: communication=hivemind, one peer")
     swarm.add_argument("--recipe", required=True, help=recipe_help)
     swarm.add_argument("--initial-peers", action="append", default=[], metavar="MADDR", help="a running peer's multiaddr (repeat for several, or $GENRL_SWARM_INITIAL_PEERS); none: start a new swarm")
     swarm.add_argument("--identity", default=None, help="identity file: this peer keeps its peer id across restarts")
-    swarm.add_argument("--resume", action="store_true")
+    _add_existing(swarm)
     swarm.add_argument("overrides", nargs="*")
     check = sub.add_parser("validate", help="check a recipe without running it (builds peer 0's components)")
     check.add_argument("--recipe", required=True, help=recipe_help)
@@ -56,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     _add_envd(sub)
     _add_simulate(sub)
     return p
+
+
+def _add_existing(command: argparse.ArgumentParser) -> None:
+    """What to do with a peer directory that already holds a run (without either: refuse)."""
+    group = command.add_mutually_exclusive_group()
+    group.add_argument("--resume", action="store_true", help="continue from each peer's latest checkpoint")
+    group.add_argument("--overwrite", action="store_true", help="delete the run already in the run directory and start over")
 
 
 def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,6 +129,12 @@ def swarm_overrides(initial_peers: Sequence[str], identity: str | None) -> list[
     return out
 
 
+def resume_command(argv: Sequence[str]) -> str:
+    """The command line that continues a stopped run: the same one, with --resume."""
+    kept = [a for a in argv if a not in ("--resume", "--overwrite")]
+    return shlex.join(["genrl-swarm", *kept[:1], "--resume", *kept[1:]])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -148,18 +166,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{args.recipe}: ok")
             return 0
         validate(spec)  # before the launcher's heavy imports: a typo costs no wait
-        from genrl_swarm.run.launcher import run_recipe  # heavy imports only when running
+        with terminate_like_interrupt():
+            from genrl_swarm.run.launcher import run_recipe  # heavy imports only when running
 
-        summary = run_recipe(cfg, resume=args.resume, stream=None)
+            summary = run_recipe(cfg, resume=args.resume, stream=None, overwrite=args.overwrite, keep_results=False)
     except RecipeError as e:
         print(f"genrl-swarm: recipe error: {e}", file=sys.stderr)
+        return EXIT_RECIPE
+    except IdentityError as e:
+        print(f"genrl-swarm: identity error: {e}", file=sys.stderr)
+        return EXIT_RECIPE
+    except RunDirError as e:
+        print(f"genrl-swarm: run directory error: {e}", file=sys.stderr)
         return EXIT_RECIPE
     except CoordinatorError as e:
         print(f"genrl-swarm: coordinator error: {e}", file=sys.stderr)
         return 4
-    except KeyboardInterrupt:  # before the peers started (loading, building): nothing to save
+    except KeyboardInterrupt as e:  # before the peers started (loading, building): nothing to save
         print("genrl-swarm: interrupted while starting", file=sys.stderr)
-        return 130
+        return exit_status(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     except SwarmFailure as e:
         print(f"genrl-swarm: swarm failure: {e}", file=sys.stderr)
         # A process group with a hung peer blocks interpreter shutdown (its destructor waits on
@@ -174,8 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if summary.plot is not None:
         print(f"reward curve: {summary.plot}")
     if summary.interrupted:
-        print("interrupted: resume with --resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"stopped: every peer saved its last finished round; continue with: {resume_command(sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
+        return exit_status(summary.stopped_by or signal.SIGINT)
     return 0
 
 

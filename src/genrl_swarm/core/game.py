@@ -101,19 +101,26 @@ class GameManager:
     def peer_id(self) -> str:
         return self.comm.peer_id
 
-    def run(self) -> list[RoundResult]:
+    def run(self, keep_results: bool = True) -> list[RoundResult]:
+        """Play every round; the results, or none with ``keep_results=False``: each result
+        streams to the ``after_round`` hooks anyway, and a peer playing unlimited rounds must
+        not keep one per round until it ends."""
         self.coordinator.register(self.peer_id)
         results: list[RoundResult] = []
+        played = 0
         try:
             if self.config.mode == "evaluate":
                 results.append(RoundResult(self.start_round, self.peer_id, {}, (), self.evaluate()))
             r = self._next_round(self.start_round)
             while self.config.mode != "evaluate" and r < self.config.max_rounds:
-                results.append(self.play_round(r))
+                result = self.play_round(r)
+                played += 1
+                if keep_results:
+                    results.append(result)
                 r = self._next_round(r + 1)
         except RunInterrupted:
             self.interrupted = True
-            log.info("%s stopped by request after %d round(s)", self.peer_id, len(results))
+            log.info("%s stopped by request after %d round(s)", self.peer_id, played)
         _fire(self.hooks.after_game, self, results)
         return results
 

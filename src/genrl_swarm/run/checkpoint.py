@@ -57,6 +57,21 @@ def save_checkpoint(root: Path, round: int, parts: Mapping[str, Saveable], info:
     return final
 
 
+def remove_stale_temporaries(root: Path) -> int:
+    """Remove what a process killed mid-save left behind (``.round_N.*`` directories, ``.latest.*``
+    files): never a checkpoint, since a reader trusts only renamed, complete ones. Call it only
+    while holding the run directory's lock, so no live writer's temporary is removed."""
+    if not root.is_dir():
+        return 0
+    stale = [p for p in root.iterdir() if p.name.startswith((".round_", ".latest."))]
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return len(stale)
+
+
 def load_checkpoint(directory: Path, parts: Mapping[str, Saveable]) -> dict[str, Any]:
     """Restore each part from ``directory``; returns the saved state.json (round and books)."""
     for name, part in parts.items():

@@ -7,10 +7,10 @@ gets its own components, seeds (``${peer.seed}``) and output directory.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
-import os
-import sys
+import signal
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,46 +35,19 @@ from genrl_swarm.config import (
 )
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
 from genrl_swarm.core.interfaces import Communication, Coordinator
+from genrl_swarm.core.identity import IdentityError
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import RoundResult
-from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint
+from genrl_swarm.run.checkpointer import ROW_KEY, Checkpointer, parts
 from genrl_swarm.run.console import ConsoleTable
 from genrl_swarm.run.events import EventLog
 from genrl_swarm.run.metrics import MetricsLogger
 from genrl_swarm.run.plot import plot_rewards
+from genrl_swarm.run.rundir import Existing, RunDirLock
+from genrl_swarm.run.stopping import StopSignals
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Checkpointer:
-    """``after_round`` hook: save policy, learner and the peer's books every ``every`` rounds
-    and after the last one."""
-
-    directory: Path
-    every: int
-    keep: int
-    max_rounds: int
-
-    def __call__(self, manager: GameManager, result: RoundResult) -> None:
-        last = result.round == self.max_rounds - 1
-        if last or (self.every > 0 and (result.round + 1) % self.every == 0):
-            save_checkpoint(self.directory, result.round, parts(manager), books(manager), self.keep)
-
-    def on_stop(self, manager: GameManager, results: list[RoundResult]) -> None:
-        """``after_game`` hook: a run stopped by Ctrl-C saves its last finished round, so
-        ``--resume`` continues from where it stopped."""
-        if manager.interrupted and results and manager.config.mode != "evaluate":
-            save_checkpoint(self.directory, results[-1].round, parts(manager), books(manager), self.keep)
-
-
-def parts(manager: GameManager) -> dict[str, Any]:
-    return {"policy": manager.policy} | ({"learner": manager.learner} if manager.learner is not None else {})
-
-
-def books(manager: GameManager) -> dict[str, Any]:
-    reward, wins = manager.coordinator.tally(manager.peer_id)
-    return {"peer": manager.peer_id, "cumulative_reward": reward, "wins": wins}
 
 
 @dataclass
@@ -84,10 +57,12 @@ class RunSummary:
     standings: dict[str, float] = field(default_factory=dict)
     plot: Path | None = None
     interrupted: bool = False
+    stopped_by: signal.Signals | None = None  # SIGINT or SIGTERM, when a signal stopped the run
 
 
-def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None) -> tuple[list[GameManager], RunConfig]:
-    """Check the whole recipe, then build one GameManager per peer hosted here."""
+def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None, overwrite: bool = False) -> tuple[list[GameManager], RunConfig]:
+    """Check the whole recipe, then build one GameManager per peer hosted here, each holding
+    the lock on its peer directory (a directory that holds a run needs ``resume`` or ``overwrite``)."""
     spec = resolve(cfg, rank=0)
     validate(spec)
     game: GameConfig = section(GameConfig, spec["game"], "game")
@@ -106,6 +81,8 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
         raise RecipeError(f"run.dir: cannot create {run.dir}: {e.strerror or e}") from e
     try:
         comms = comm_cls.spawn(peers_in_process(comm_cls, swarm.num_peers), **comm_kwargs)
+    except IdentityError:  # the identity file, not the recipe: its message says what to do
+        raise
     except (ValueError, TypeError) as e:  # a constructor's own check, e.g. max_bytes <= 0
         raise RecipeError(f"communication: {e}") from e
     for comm in comms:
@@ -114,10 +91,18 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     coord_cls = import_target(spec["coordinator"]["_target_"], "coordinator._target_")
     shared = instantiate(spec["coordinator"], "coordinator") if getattr(coord_cls, "shared_per_process", True) else None
     table = ConsoleTable([c.peer_id for c in comms], game.max_rounds, stream) if run.console else None
-    managers = []
-    for i, comm in enumerate(comms):
-        rank = getattr(comm, "rank", swarm.rank + i)
-        managers.append(_build_peer(cfg, comm, rank, game=game, trust=trust, run=run, shared=shared, table=table, resume=resume))
+    existing = Existing.OVERWRITE if overwrite else Existing.RESUME if resume else Existing.REFUSE
+    managers: list[GameManager] = []
+    try:
+        for i, comm in enumerate(comms):
+            rank = getattr(comm, "rank", swarm.rank + i)
+            managers.append(_build_peer(cfg, comm, rank, game=game, trust=trust, run=run, shared=shared, table=table, existing=existing))
+    except BaseException:  # a peer that cannot start: free what the others hold (directories, ports)
+        for m in managers:
+            _release(m)
+        for comm in comms:
+            comm.close()
+        raise
     # Models, tokenizers and datasets are built and live for the whole run: moving them out of
     # the collector's reach keeps a full collection (triggered by decoding a peer's payload)
     # from rescanning hundreds of thousands of objects that can never be garbage.
@@ -135,47 +120,64 @@ def _build_peer(
     run: RunConfig,
     shared: Coordinator | None,
     table: ConsoleTable | None,
-    resume: bool,
+    existing: Existing,
+) -> GameManager:
+    directory = Path(run.dir) / comm.peer_id
+    lock = RunDirLock(directory, existing)  # first: nothing below may touch a directory in use
+    try:
+        manager = _build_game(cfg, comm, rank, directory, game=game, trust=trust, run=run, shared=shared, resume=existing is Existing.RESUME)
+    except BaseException:
+        lock.release()
+        raise
+    if table is not None:
+        manager.hooks.after_round.append(table)
+    manager.hooks.after_game.append(lock)  # last: the stop checkpoint is written while it is held
+    return manager
+
+
+def _build_game(
+    cfg: DictConfig, comm: Communication, rank: int, directory: Path, *, game: GameConfig, trust: TrustConfig, run: RunConfig, shared: Coordinator | None, resume: bool
 ) -> GameManager:
     spec = resolve(cfg, rank)
     coordinator: Coordinator = shared or instantiate(spec["coordinator"], "coordinator")  # per peer: its own account
-    directory = Path(run.dir) / comm.peer_id
     data, reward, policy = (instantiate(spec[k], k) for k in ("data", "reward", "policy"))
     learner = instantiate(spec["learner"], "learner", policy=policy) if spec.get("learner") else None
     policy = learner.acting_policy(policy) if learner is not None else policy
     manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks(), trust=trust)
     checkpoint = latest_checkpoint(directory / "checkpoints") if resume else None
+    carried = None
     if checkpoint is not None:
         saved = load_checkpoint(checkpoint[1], parts(manager))
         coordinator.register(comm.peer_id)
         coordinator.restore(comm.peer_id, float(saved.get("cumulative_reward", 0.0)), int(saved.get("wins", 0)))
-        manager.start_round = checkpoint[0] + 1
+        manager.start_round, carried = checkpoint[0] + 1, saved.get(ROW_KEY)
         if hasattr(comm, "resume_at"):  # the transport counts catch-up jumps from here, not round 0
             comm.resume_at(manager.start_round)
         log.info("%s resumes from %s at round %d (cumulative reward %.3f)", comm.peer_id, checkpoint[1], manager.start_round, saved.get("cumulative_reward", 0.0))
     elif resume:
         log.info("%s: no checkpoint in %s, starting at round 0", comm.peer_id, directory / "checkpoints")
     # The checkpoint first: a peer killed between the two hooks then has the round's training
-    # saved and replays at most its metrics row, never loses a round of work.
+    # saved, and the checkpoint carries the round's row, so the resumed run writes it again.
     checkpointer = Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds)
     manager.hooks.after_round.append(checkpointer)
-    manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round))
+    manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round, carried=carried))
     EventLog(directory).attach(manager)  # backend, stage progress, drop and quarantine reasons (the dashboard reads them)
     manager.hooks.after_game.append(checkpointer.on_stop)
-    if table is not None:
-        manager.hooks.after_round.append(table)
     return manager
 
 
-def run_managers(managers: Sequence[GameManager], stream: TextIO | None = None) -> dict[str, list[RoundResult]]:
-    """Run each peer in a thread; Ctrl-C asks every peer to stop (a second one exits at once).
-    Re-raise a peer's error after the others stopped."""
+def run_managers(
+    managers: Sequence[GameManager], stream: TextIO | None = None, keep_results: bool = True, signals: StopSignals | None = None
+) -> dict[str, list[RoundResult]]:
+    """Run each peer in a thread; Ctrl-C or SIGTERM asks every peer to stop (a second one exits
+    at once; see ``stopping``). Re-raise a peer's error after the others stopped. With
+    ``keep_results=False`` the results only stream to the hooks (bounded memory)."""
     results: dict[str, list[RoundResult]] = {}
     errors: dict[str, BaseException] = {}
 
     def play(m: GameManager) -> None:
         try:
-            results[m.peer_id] = m.run()
+            results[m.peer_id] = m.run(keep_results)
         except BaseException as e:  # noqa: BLE001 - re-raised below, after the other peers stop
             errors[m.peer_id] = e
             log.error("peer %s failed: %s", m.peer_id, e)
@@ -183,24 +185,14 @@ def run_managers(managers: Sequence[GameManager], stream: TextIO | None = None) 
                 other.stop()
         finally:
             m.comm.close()  # a dead peer leaves the swarm, so nobody waits on it
-            for hook in m.hooks.after_round:
-                if isinstance(hook, MetricsLogger):
-                    hook.close()
+            _release(m)
 
     threads = [threading.Thread(target=play, args=(m,), name=m.peer_id, daemon=True) for m in managers]
-    for t in threads:
-        t.start()
-    try:
-        _join(threads)
-    except KeyboardInterrupt:
-        print("\ninterrupted: stopping every peer (press Ctrl-C again to quit at once)", file=stream or sys.stderr, flush=True)
-        for m in managers:
-            m.stop()
-        try:
-            _join(threads)
-        except KeyboardInterrupt:
-            print("quit without waiting for the peers", file=stream or sys.stderr, flush=True)
-            os._exit(130)
+    with signals or StopSignals(functools.partial(stop_all, managers), stream):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()  # never interrupted: the signal handlers only set flags (CPython issue 90882)
     if errors:
         peer, error = next(iter(errors.items()))
         if isinstance(error, (SwarmFailure, RecipeError)):
@@ -209,17 +201,27 @@ def run_managers(managers: Sequence[GameManager], stream: TextIO | None = None) 
     return results
 
 
-def _join(threads: Sequence[threading.Thread]) -> None:
-    """Join with a short timeout so the main thread sees KeyboardInterrupt promptly."""
-    for t in threads:
-        while t.is_alive():
-            t.join(0.2)
+def stop_all(managers: Sequence[GameManager]) -> None:
+    """Ask every peer to stop after its round step (safe inside a signal handler: sets flags)."""
+    for m in managers:
+        m.stop()
 
 
-def run_recipe(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None) -> RunSummary:
-    managers, run = build_managers(cfg, resume, stream)
-    results = run_managers(managers, stream)
+def _release(m: GameManager) -> None:
+    """Close what a peer holds open in its directory: the metrics writer, the directory's lock."""
+    for hook in [*m.hooks.after_round, *m.hooks.after_game]:
+        if isinstance(hook, MetricsLogger):
+            hook.close()
+        elif isinstance(hook, RunDirLock):
+            hook.release()
+
+
+def run_recipe(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None, overwrite: bool = False, keep_results: bool = True) -> RunSummary:
+    """Build and run the peers hosted here; returns once every one of them stopped and saved."""
+    managers, run = build_managers(cfg, resume, stream, overwrite)
+    signals = StopSignals(functools.partial(stop_all, managers), stream)
+    results = run_managers(managers, stream, keep_results, signals)
     first_rank = getattr(managers[0].comm, "rank", 0) == 0  # under torchrun one rank draws, not all at once
     plot = plot_rewards(Path(run.dir)) if run.plot and first_rank else None
     interrupted = any(m.interrupted for m in managers)
-    return RunSummary(Path(run.dir), results, dict(managers[0].coordinator.standings()), plot, interrupted)
+    return RunSummary(Path(run.dir), results, dict(managers[0].coordinator.standings()), plot, interrupted, signals.received)
