@@ -36,8 +36,8 @@ class WorkerPolicy(Policy):
         """Rounds sampled locally because no worker answered (the pipeline counts them)."""
         return self.pipe.counters.act_failures
 
-    @property  # type: ignore[override]
-    def version(self) -> int:
+    @property
+    def version(self) -> int:  # type: ignore[override]  # read-only here: the local policy's
         return self.local.version
 
     def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:

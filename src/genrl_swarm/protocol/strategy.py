@@ -150,7 +150,7 @@ def make_strategy(name: str, **params: Any) -> Strategy:
     if name not in STRATEGIES:
         raise ValueError(f"unknown exchange strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     cls = STRATEGIES[name]
-    fields = {f.name for f in dataclass_fields(cls)}
+    fields = {f.name for f in dataclass_fields(cls)}  # type: ignore[arg-type]  # every strategy is a dataclass
     unknown = set(params) - fields
     if unknown:
         raise ValueError(f"strategy {name!r} takes {', '.join(sorted(fields)) or 'no parameters'}, not {', '.join(sorted(unknown))}")
