@@ -172,34 +172,39 @@ class SoftmaxPolicy(Policy):
 
 class SoftmaxLearner(Learner):
     """REINFORCE with group-normalised advantages per (stage, context). A pull is weighted by
-    min(p_local / p_behaviour, 2): the swarm's pulls came from other policies."""
+    p_local / p_behaviour, capped by ``importance_caps``: at 2 for this peer's own pulls, at 1
+    for the swarm's, so a sender claiming a tiny behaviour probability (its claim is all the
+    receiver has) weighs no more than a pull of this peer's own; and ``sender_share_cap`` bounds
+    each other sender's share of the update's total weight (``capped_sender_shares``)."""
 
-    def __init__(self, policy: SoftmaxPolicy, lr: float = 0.5, use_swarm: bool = True) -> None:
-        self.policy, self.lr, self.use_swarm = policy, lr, use_swarm
+    def __init__(self, policy: SoftmaxPolicy, lr: float = 0.5, use_swarm: bool = True, max_sender_share: float = 0.5) -> None:
+        if not 0 < max_sender_share <= 1:
+            raise ValueError(f"max_sender_share must be in (0, 1], got {max_sender_share!r}")
+        self.policy, self.lr, self.use_swarm, self.max_sender_share = policy, lr, use_swarm, max_sender_share
 
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
-        groups: dict[tuple[int, str], list[tuple[int, float, float]]] = defaultdict(list)
+        groups: dict[tuple[int, str], list[tuple[str, int, float, float]]] = defaultdict(list)
         for scored in rewards.scored:
             r = scored.rollout
             if self.use_swarm or r.peer_id == state.peer_id:
-                groups[(r.stage, r.task_id)].extend(zip(r.body.arms, scored.rewards, r.body.logprobs))
-        samples, weights = 0, []
+                groups[(r.stage, r.task_id)].extend((r.peer_id, *x) for x in zip(r.body.arms, scored.rewards, r.body.logprobs))
+        terms: list[tuple[str, float, np.ndarray, tuple[int, int]]] = []  # sender, weight, direction, (stage, context)
         for (stage, task_id), group in groups.items():
-            values = np.array([g[1] for g in group])
+            values = np.array([g[2] for g in group])
             if values.std() < 1e-8:
                 continue  # no signal: every sample scored the same
             inp = state.inputs[stage][task_id]  # as this peer built it
             probs = self.policy.probs(inp)
-            grad = np.zeros_like(probs)
-            for (arm, _, behaviour), adv in zip(group, (values - values.mean()) / values.std()):
+            for (sender, arm, _, behaviour), adv in zip(group, (values - values.mean()) / values.std()):
                 if probs[arm] > 0:  # an arm outside this peer's offer carries no gradient
-                    w = float(np.exp(min(np.log(probs[arm]) - behaviour, np.log(2.0))))  # log space: no 0-division
-                    grad += w * adv * (np.eye(len(probs))[arm] - probs)
-                    samples, weights = samples + 1, [*weights, w]
-            self.policy.logits[stage, inp.context["context"]] += self.lr * grad / len(group)
+                    w = importance_weight(float(np.log(probs[arm])), behaviour, own=sender == state.peer_id)
+                    terms.append((sender, w, adv * (np.eye(len(probs))[arm] - probs) / len(group), (stage, inp.context["context"])))
+        scales = capped_sender_shares([(t[0], t[1]) for t in terms], state.peer_id, self.max_sender_share)
+        for (sender, w, direction, cell) in terms:
+            self.policy.logits[cell] += self.lr * w * scales.get(sender, 1.0) * direction
         self.policy.version += 1
-        mean_w = float(np.mean(weights)) if weights else 1.0
-        return {"train/samples": float(samples), "train/groups": float(len(groups)), "train/is_weight_mean": mean_w}
+        mean_w = float(np.mean([t[1] for t in terms])) if terms else 1.0
+        return {"train/samples": float(len(terms)), "train/groups": float(len(groups)), "train/is_weight_mean": mean_w}
 
     def weights(self) -> Weights:
         return Weights(self.policy.version, self.policy.logits)
@@ -209,3 +214,30 @@ class SoftmaxLearner(Learner):
 
     def load(self, directory: Path) -> None:
         self.lr = json.loads((directory / "learner.json").read_text())["lr"]
+
+
+#: Importance-weight caps: own pulls as before (2), the swarm's never above an own pull's 1.
+OWN_WEIGHT_CAP, SWARM_WEIGHT_CAP = 2.0, 1.0
+#: The stated tolerance of a claimed behaviour log-prob: a swarm pull whose sender claims it was
+#: more than 20x less likely under its policy than under this peer's is implausible, and weighs 0
+#: (it is not a drop: an honest sender far from this peer's policy may send one now and then).
+PLAUSIBLE_LOG_RATIO = float(np.log(20.0))
+
+
+def importance_weight(local_logp: float, behaviour_logp: float, own: bool) -> float:
+    """min(p_local / p_behaviour, cap), in log space (no division by a claimed 0); 0 for a
+    swarm pull whose claim is implausible (``PLAUSIBLE_LOG_RATIO``)."""
+    log_ratio = local_logp - behaviour_logp
+    if not own and log_ratio > PLAUSIBLE_LOG_RATIO:
+        return 0.0
+    return float(np.exp(min(log_ratio, np.log(OWN_WEIGHT_CAP if own else SWARM_WEIGHT_CAP))))
+
+
+def capped_sender_shares(weights: Sequence[tuple[str, float]], me: str, max_share: float) -> dict[str, float]:
+    """A scale per sender so no other sender holds more than ``max_share`` of the update's total
+    weight (this peer's own pulls are never scaled: they are what the cap protects)."""
+    totals: dict[str, float] = defaultdict(float)
+    for sender, w in weights:
+        totals[sender] += abs(w)
+    whole = sum(totals.values())
+    return {s: max_share * whole / t for s, t in totals.items() if s != me and t > max_share * whole}
