@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from genrl_swarm.comm.hivemind_process import children, running
 from genrl_swarm.games.bandit import SoftmaxPolicy
 from genrl_swarm.run.checkpoint import STATE_FILE, latest_checkpoint
 from genrl_swarm.run.metrics import read_metrics
@@ -52,7 +53,9 @@ class Cli:
         path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
         full_env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
         with self.out.open("w") as sink:
-            self.proc = subprocess.Popen([sys.executable, *runner, *args], stdout=sink, stderr=subprocess.STDOUT, env=full_env)
+            # Its own process group, like a command started from a shell: a terminal's Ctrl-C
+            # reaches the whole group (p2pd and the DHT process too), not only the Python process.
+            self.proc = subprocess.Popen([sys.executable, *runner, *args], stdout=sink, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
 
     def text(self) -> str:
         return self.out.read_text()
@@ -72,6 +75,11 @@ def wait_until(check: Callable[[], bool], cli: Cli, what: str, timeout: float = 
         assert cli.proc.poll() is None, f"exited ({cli.proc.returncode}) before {what}:\n{cli.text()[-3000:]}"
         assert time.monotonic() < end, f"timed out waiting for {what}:\n{cli.text()[-3000:]}"
         time.sleep(0.05)
+
+
+def descendants(pid: int) -> list[int]:
+    found = children(pid)
+    return found + [d for child in found for d in descendants(child)]
 
 
 def rounds(peer_dir: Path) -> list[int]:
@@ -106,8 +114,13 @@ def test_a_signal_stops_the_peer_saves_then_reports_and_exits_128_plus_signal(co
         args[:0], args[len(args):] = ["run"], ["swarm.num_peers=2"]
     cli = Cli(tmp_path, "peer", args)
     wait_until(lambda: run.is_dir() and any(len(rounds(p)) >= 3 for p in run.iterdir() if p.is_dir()), cli, "3 rounds")
-    cli.proc.send_signal(sig)
+    helpers = descendants(cli.proc.pid)  # swarm: the DHT process and its p2pd
+    os.killpg(cli.proc.pid, sig)  # as a terminal (Ctrl-C) or systemd (SIGTERM) sends it: to every process of the group
     assert cli.wait() == 128 + sig, cli.text()[-3000:]
+    end = time.monotonic() + 30  # they die with the peer (SIGKILL or the parent-death signal): soon, not at once
+    while [pid for pid in helpers if running(pid)]:
+        assert time.monotonic() < end, f"left running: {[pid for pid in helpers if running(pid)]}"
+        time.sleep(0.1)
     text = cli.text()
     stopped, summary, hint = (text.find(s) for s in ("stopped by request", "cumulative reward:", "continue with: genrl-swarm"))
     assert 0 <= stopped < summary < hint, text[-3000:]  # the summary comes after every peer stopped

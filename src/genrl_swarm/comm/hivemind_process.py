@@ -1,6 +1,6 @@
 """hivemind's DHT child process, made safe to run under a swarm peer.
 
-Two fixes live here, both applied inside the forked DHT process:
+The fixes live here, all applied inside the forked DHT process:
 
 * **The control pipe is blocking again.** hivemind registers its end of the parent->child pipe
   with the event loop, which makes the descriptor non-blocking. CPython sends a message over
@@ -10,6 +10,8 @@ Two fixes live here, both applied inside the forked DHT process:
 * **It holds no identity lock.** A forked child inherits every open descriptor, so the DHT
   process of one peer would keep the identity locks of the other peers this process hosts
   (tests, benchmarks) until it exits; it closes them first.
+* **A terminal's Ctrl-C is not for it.** It runs in its own process group, so Ctrl-C (or SIGTERM
+  to the group) stops the peer in order instead of killing the DHT and p2pd under it.
 * **It dies with its parent.** When the peer process dies, even by SIGKILL, the DHT process
   takes p2pd down and exits, instead of lingering as an orphan that still holds the peer id.
 """
@@ -92,6 +94,17 @@ def _die_with_parent() -> None:
         stop(signal.SIGTERM, None)
 
 
+def _leave_the_terminals_group() -> None:
+    """Move this process (and so the p2pd it starts) into a process group of its own: a
+    terminal's Ctrl-C, or a SIGTERM sent to the group, then reaches only the peer's own process,
+    which stops after its round step and saves, with the DHT and p2pd still serving it until it
+    closes them. (They still die with the peer: see ``_die_with_parent``.)"""
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # already a group or session leader: nothing to leave
+        return
+
+
 def _loop_with_blocking_pipe(pipe_fd: int) -> asyncio.AbstractEventLoop:
     """hivemind's ``switch_to_uvloop``, except that registering ``pipe_fd`` for reading leaves it
     blocking (see the module docstring)."""
@@ -115,6 +128,7 @@ def dht_class() -> Any:
 
     class PeerDHT(hivemind.DHT):  # type: ignore[misc]
         def run(self) -> None:  # runs in the forked child only
+            _leave_the_terminals_group()
             _die_with_parent()
             for lock_fd in list(LOCK_FDS):
                 try:
