@@ -36,15 +36,15 @@ demo: $(STAMP)
 	$(BIN)/python -m genrl_swarm.games.reasoning_gym.demo --recipe reasoning_gym/digits $(DEMO_ARGS)
 	@echo "dashboard: $(BIN)/genrl-swarm dashboard --run-dir runs/demo   (then open http://127.0.0.1:8050/)"
 
-# The small non-language game: 3 peers, seconds on a CPU.
+# The small non-language game: 3 peers, seconds on a CPU. Demos start over (--overwrite) each time.
 demo-bandit: $(STAMP)
-	$(BIN)/genrl-swarm run --recipe bandit
+	$(BIN)/genrl-swarm run --overwrite --recipe bandit
 
 # Multi-agent RL: 2 peers train IPPO teams (JAX) on Jumanji LBF 2s-8x8-2p-2f-coop, sharing replay-verified
 # trajectories; a few minutes on a CPU. Then the evaluation table and runs/demo-marl/return_curve.png.
 MARL_DEMO_ARGS ?= game.max_rounds=40 policy.system.num_envs=64 learner.eval_every=8 run.dir=runs/demo-marl
 demo-marl: $(STAMP)
-	$(BIN)/genrl-swarm run --recipe marl $(MARL_DEMO_ARGS)
+	$(BIN)/genrl-swarm run --overwrite --recipe marl $(MARL_DEMO_ARGS)
 	$(BIN)/python -m genrl_swarm.marl.report runs/demo-marl
 
 # Agents on tools: 2 peers, SmolLM2-135M-Instruct plays calculator and SQL episodes in the in-process
@@ -52,7 +52,7 @@ demo-marl: $(STAMP)
 # runs/demo-agent/agent_reward_curve.png. Several minutes on a CPU.
 AGENT_DEMO_ARGS ?= policy.model=HuggingFaceTB/SmolLM2-135M-Instruct game.max_rounds=4 run.dir=runs/demo-agent run.tensorboard=false
 demo-agent: $(STAMP)
-	$(BIN)/genrl-swarm run --recipe agent $(AGENT_DEMO_ARGS)
+	$(BIN)/genrl-swarm run --overwrite --recipe agent $(AGENT_DEMO_ARGS)
 	$(BIN)/python -m genrl_swarm.games.agent.report runs/demo-agent
 
 test: $(STAMP)

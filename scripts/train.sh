@@ -9,11 +9,11 @@
 # torch (communication=torch swarm.num_peers=1). The recipe and the overrides are checked before
 # torchrun starts, so a typo ends in one line, not in a traceback per rank. Each rank writes its
 # log to $LOG_DIR (default runs/<game>/logs) and its metrics and checkpoints under the recipe's
-# run.dir/<peer>/. Extra arguments are Hydra overrides (and --resume). Run this same command on every node, with the same MASTER_ADDR/PORT.
+# run.dir/<peer>/. Extra arguments are Hydra overrides (and --resume, or --overwrite to start a run over). Run this same command on every node, with the same MASTER_ADDR/PORT.
 set -euo pipefail
 
 if [ $# -lt 4 ]; then
-  echo "usage: $0 NUM_NODES NUM_PROC_PER_NODE <game> <recipe.yaml> [key=value ...] [--resume]" >&2
+  echo "usage: $0 NUM_NODES NUM_PROC_PER_NODE <game> <recipe.yaml> [key=value ...] [--resume | --overwrite]" >&2
   exit 2
 fi
 num_nodes=$1 procs=$2 game=$3 recipe=$4
@@ -30,7 +30,7 @@ if [ -f "$recipe" ]; then target=$recipe; else target="$game/$recipe"; fi
 resume=()
 overrides=()
 for arg in "$@"; do
-  if [ "$arg" = "--resume" ]; then resume=(--resume); else overrides+=("$arg"); fi
+  case "$arg" in --resume | --overwrite) resume=("$arg") ;; *) overrides+=("$arg") ;; esac
 done
 
 recipe_args=(--recipe "$target" communication=torch swarm.num_peers=1 "${overrides[@]}")

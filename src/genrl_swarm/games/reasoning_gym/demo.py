@@ -18,6 +18,7 @@ from genrl_swarm.config import RecipeError, load_recipe
 from genrl_swarm.games.reasoning_gym.heldout import HeldOutEval
 from genrl_swarm.run.launcher import build_managers, run_managers
 from genrl_swarm.run.plot import plot_rewards
+from genrl_swarm.run.rundir import RunDirError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,9 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # The held-out hook below evaluates; the game's own evaluation would repeat the work.
         cfg = load_recipe(a.recipe, [*a.overrides, "game.mode=train"])
-        managers, run = build_managers(cfg)
+        managers, run = build_managers(cfg, overwrite=True)  # a demo measures from the start, every time
     except RecipeError as e:
         print(f"genrl-swarm: recipe error: {e}", file=sys.stderr)
+        return 2
+    except RunDirError as e:
+        print(f"genrl-swarm: run directory error: {e}", file=sys.stderr)
         return 2
     game = managers[0].config
     heldout = HeldOutEval(every=game.eval_every, max_rounds=game.max_rounds, peers=len(managers), stream=sys.stdout)
