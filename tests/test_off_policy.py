@@ -88,9 +88,11 @@ def own_logprobs(learner: GRPOLearner, body: TokenRollout) -> list[list[float]]:
     return out
 
 
-def gradient(mode: str, shift: tuple[float, float]) -> tuple[torch.Tensor, dict[str, float]]:
+def gradient(mode: str, shift: tuple[float, float], sender: str = "me") -> tuple[torch.Tensor, dict[str, float]]:
     """One update on two completions (rewards 1, 0) whose behaviour log-probs are the learner's
-    own minus ``shift`` (0: on-policy; 5: a behaviour policy far less likely than ours)."""
+    own minus ``shift`` (0: on-policy; 5: a behaviour policy far less likely than ours), sent by
+    ``sender``: this peer's own (stale) rollout by default, whose weights keep the ``is_cap``
+    (a swarm sender's are capped lower: tests/test_trust_v3_flood.py)."""
     p = policy()
     # The plain per-sequence path: its log-probs are bitwise those of token_logps (own_logprobs),
     # which the 1e-8 tolerances below rely on; the shared-prefix path is checked against it in
@@ -104,7 +106,7 @@ def gradient(mode: str, shift: tuple[float, float]) -> tuple[torch.Tensor, dict[
     mine = own_logprobs(learner, body)
     samples = tuple(TokenSample(s.completion_ids, tuple(x - d for x in lp), "length") for s, lp, d in zip(body.samples, mine, shift))
     body = TokenRollout(body.task_id, body.input_digest, body.prompt_ids, samples, 0, body.tokenizer)
-    metrics = learner.train(GameState(0, "me"), RoundRewards(0, (ScoredRollout(Rollout("peer", 0, 0, body), (1.0, 0.0)),)))
+    metrics = learner.train(GameState(0, "me"), RoundRewards(0, (ScoredRollout(Rollout(sender, 0, 0, body), (1.0, 0.0)),)))
     return torch.cat([w.grad.flatten() for w in p.model.parameters() if w.grad is not None]), metrics
 
 

@@ -21,9 +21,10 @@ keeps the plain per-sequence path, which is also the reference the tests compare
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     num_local: int = -1  # own rollouts trained on per round (-1 = all)
     num_external: int = 0  # swarm rollouts trained on per round (SAPO)
+    max_external_per_sender: int = 0  # cap on one sender's rollouts in one update (0: only the round-robin's fair share)
     off_policy: OffPolicy = "tis"  # correction for rollouts sampled by another policy
     is_cap: float = 2.0  # importance-weight truncation (tis) / masking threshold (decoupled)
     # Speed levers (same gradients up to float rounding; see the module docstring).
@@ -78,6 +80,7 @@ class GRPOConfig:
             ("epsilon_high", self.epsilon_high >= 0, ">= 0"),
             ("num_local", self.num_local >= -1, ">= -1"),
             ("num_external", self.num_external >= 0, ">= 0"),
+            ("max_external_per_sender", self.max_external_per_sender >= 0, ">= 0"),
             ("off_policy", self.off_policy in ("none", "tis", "decoupled"), "none, tis or decoupled"),
             ("is_cap", self.is_cap >= 1, ">= 1"),
             ("scale_rewards", self.scale_rewards in ("group", "batch", "none"), "group, batch or none"),
@@ -101,6 +104,7 @@ class Batch:
     behaviour_logp: torch.Tensor  # [B, width], 0 where the mask is 0
     prox_logp: torch.Tensor | None = None  # [B, width], stored when num_epochs > 1
     ref_logp: torch.Tensor | None = None
+    swarm: torch.Tensor | None = None  # [B], 1 for a row another peer sent (its weight capped)
 
     @property
     def width(self) -> int:
@@ -115,6 +119,7 @@ class Sample:
     completion_ids: Sequence[int]
     logprobs: Sequence[float]
     advantage: float
+    swarm: bool = field(default=False, kw_only=True)  # another peer sent it: its claimed log-probs get the swarm cap
 
 
 def sampler_dtype(policy: LMPolicy) -> torch.dtype:
@@ -125,6 +130,13 @@ def sampler_dtype(policy: LMPolicy) -> torch.dtype:
         if value in ("bfloat16", "bf16", torch.bfloat16):
             return torch.bfloat16
     return next(policy.model.parameters()).dtype
+
+
+def mark_swarm(samples: Sequence[Sample], chosen: Sequence[ScoredRollout], me: str) -> list[Sample]:
+    """``samples`` with ``swarm`` set on those whose completion came in a body another peer sent
+    (matched by identity: ``samples`` builds rows from the bodies' own id sequences)."""
+    theirs = {id(s.completion_ids) for c in chosen if c.rollout.peer_id != me for s in getattr(c.rollout.body, "samples", ())}
+    return [dataclasses.replace(s, swarm=True) if id(s.completion_ids) in theirs else s for s in samples]
 
 
 def _loss_units(units: Sequence[Batch | PrefixBatch]) -> list[Batch | Chunk]:
@@ -156,7 +168,7 @@ class GRPOLearner(Learner):
         usable = [s for s in rewards.scored if isinstance(s.rollout.body, TokenRollout)]
         own = [s for s in usable if s.rollout.peer_id == state.peer_id]
         swarm = [s for s in usable if s.rollout.peer_id != state.peer_id]
-        return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng)
+        return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender)
 
     def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
         """(prompt ids, completion ids, behaviour log-probs, advantage) per completion, exactly
@@ -183,8 +195,9 @@ class GRPOLearner(Learner):
             ids[i, length - len(seq) :], attn[i, length - len(seq) :] = torch.tensor(seq, dtype=torch.long), 1
             comp[i, width - n :], behaviour[i, width - n :] = 1, torch.tensor(s.logprobs, dtype=torch.float32)
         adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+        swarm = torch.tensor([float(s.swarm) for s in samples], dtype=torch.float32)
         to = lambda t: t.to(self.device)  # noqa: E731
-        return Batch(to(ids), to(attn), to(comp), to(adv), to(behaviour))
+        return Batch(to(ids), to(attn), to(comp), to(adv), to(behaviour), swarm=to(swarm))
 
     def token_logps(self, model: Any, batch: Batch) -> torch.Tensor:
         """Log-probs of the last ``width`` tokens at the policy's sampling temperature (on-policy,
@@ -221,7 +234,8 @@ class GRPOLearner(Learner):
         return [self.collate(samples[i : i + size]) for i in range(0, len(samples), size)]
 
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
-        samples = self.samples(self.select(state, rewards))
+        chosen = self.select(state, rewards)
+        samples = mark_swarm(self.samples(chosen), chosen, state.peer_id)
         if not samples:
             return {"train/sequences": 0.0}
         units = self.units(samples)
@@ -230,7 +244,7 @@ class GRPOLearner(Learner):
         self.model.train()
         self._store_logps(units, prefix, dtype)
         total_tokens = float(sum(float(c.completion_mask.sum()) for c in _loss_units(units)))
-        sums = {k: 0.0 for k in ("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl")}
+        sums = {k: 0.0 for k in ("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl", "is_implausible_frac")}
         acc = {"loss": 0.0, "is_max": 0.0}
         params = [p for p in self.model.parameters() if p.requires_grad]
 
@@ -241,7 +255,7 @@ class GRPOLearner(Learner):
             loss, s = grpo_loss(
                 logp, prox, unit.advantages, unit.completion_mask, self.cfg.epsilon_low, self.cfg.epsilon_high,
                 self.cfg.beta, unit.ref_logp, self.cfg.loss_aggregation, total_tokens, float(len(samples)),
-                unit.behaviour_logp, self.cfg.off_policy, self.cfg.is_cap,
+                unit.behaviour_logp, self.cfg.off_policy, self.cfg.is_cap, unit.swarm,
             )  # fmt: skip
             acc["loss"] += float(loss.detach())
             for k in sums:

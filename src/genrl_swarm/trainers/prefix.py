@@ -53,6 +53,7 @@ class Chunk:
     behaviour_logp: torch.Tensor  # [n, width], 0 where the mask is 0
     prox_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
+    swarm: torch.Tensor | None = None  # [n], 1 for a row another peer sent
 
 
 @dataclass
@@ -87,7 +88,8 @@ def _chunk(rows: Sequence[tuple[int, SampleLike]], pad_id: int, device: torch.de
         behaviour[i, :n] = torch.tensor(list(s.logprobs), dtype=torch.float32)
     adv = torch.tensor([s.advantage for _, s in rows], dtype=torch.float32)
     prompt = torch.tensor([g for g, _ in rows], dtype=torch.long)
-    return Chunk(prompt.to(device), ids.to(device), mask.to(device), adv.to(device), behaviour.to(device))
+    swarm = torch.tensor([float(getattr(s, "swarm", False)) for _, s in rows], dtype=torch.float32)
+    return Chunk(prompt.to(device), ids.to(device), mask.to(device), adv.to(device), behaviour.to(device), swarm=swarm.to(device))
 
 
 def _cut(rows: list[tuple[int, SampleLike]], how: Chunking) -> list[list[tuple[int, SampleLike]]]:
