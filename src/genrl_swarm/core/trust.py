@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 #: A sender late (no commitment, or no reveal) in 2 of this many rounds is quarantined: makes
 #: every honest peer wait out deadlines on purpose, even if it skips rounds in between.
 LATE_WINDOW = 4
+#: A sender neither quarantined nor dropped for this many rounds is forgotten (its per-sender
+#: entries pruned; the totals by kind stay): fresh ids cost this peer bounded memory.
+MEMORY_ROUNDS = 32
 
 
 @dataclass
@@ -45,7 +48,9 @@ class TrustConfig:
 
 @dataclass
 class SenderBook:
-    """This peer's record of every sender: quarantines and why, drops by kind."""
+    """This peer's record of the senders it saw misbehave in the last ``MEMORY_ROUNDS`` rounds:
+    quarantines and why, drops by kind; older entries are pruned at each ``close_round``, so a
+    stream of fresh Sybil ids cannot grow it without bound (the totals by kind never shrink)."""
 
     config: TrustConfig = field(default_factory=TrustConfig)
     me: str = ""
@@ -53,6 +58,8 @@ class SenderBook:
     reasons: dict[str, str] = field(default_factory=dict)
     drops: Counter[tuple[str, str]] = field(default_factory=Counter)  # (sender, kind) -> count, all rounds
     late: dict[str, set[int]] = field(default_factory=dict)  # sender -> recent rounds it was late in
+    last_seen: dict[str, int] = field(default_factory=dict)  # sender -> last round it was dropped
+    totals: Counter[str] = field(default_factory=Counter)  # kind -> count, all senders, all rounds
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def quarantined(self, round: int) -> frozenset[str]:
@@ -81,6 +88,8 @@ class SenderBook:
                 if d.peer_id == self.me:
                     continue
                 self.drops[(d.peer_id, d.kind)] += 1
+                self.totals[d.kind] += 1
+                self.last_seen[d.peer_id] = round
                 if d.kind in Drop.HARD and d.peer_id not in new:
                     new[d.peer_id] = f"{d.kind}: {d.reason}"
                 elif d.kind == "late":
@@ -98,14 +107,24 @@ class SenderBook:
                 if self.config.quarantine_rounds > 0:
                     self.until[peer] = round + 1 + self.config.quarantine_rounds
                     self.reasons[peer] = why
+            self._forget(round)
         for peer, why in new.items():
             log.warning("%s quarantines %s for %d round(s): %s", self.me, peer, self.config.quarantine_rounds, why)
         return new
 
+    def _forget(self, round: int) -> None:
+        """Prune senders last dropped over MEMORY_ROUNDS rounds ago whose quarantine is over
+        (called with the lock held; costs one pass over the senders still remembered)."""
+        stale = {p for p, seen in self.last_seen.items() if seen < round - MEMORY_ROUNDS and self.until.get(p, 0) <= round + 1}
+        if not stale:
+            return
+        for book in (self.until, self.reasons, self.late, self.last_seen):
+            for peer in stale:
+                book.pop(peer, None)
+        for key in [k for k in self.drops if k[0] in stale]:
+            del self.drops[key]
+
     def counters(self) -> dict[str, float]:
-        """Metrics: drops by kind (all senders), and how many senders are quarantined."""
+        """Metrics: drops by kind (all senders, all rounds)."""
         with self._lock:
-            by_kind: Counter[str] = Counter()
-            for (_, kind), n in self.drops.items():
-                by_kind[kind] += n
-            return {f"trust/dropped_{k}": float(n) for k, n in sorted(by_kind.items())}
+            return {f"trust/dropped_{k}": float(n) for k, n in sorted(self.totals.items()) if n}

@@ -42,7 +42,7 @@ def rng_for(swarm: str, me: str, round: int, stage: int) -> random.Random:
 
 
 def offenders(book: SenderBook, round: int) -> frozenset[str]:
-    """Senders this peer's books hold against: ever quarantined, or late in the last rounds."""
+    """Senders this peer's books hold against: quarantined within its memory (``MEMORY_ROUNDS``), or late in the last rounds."""
     recent = range(round - LATE_WINDOW, round + 1)
     late = {p for p, rounds in book.late.items() if any(r in recent for r in rounds)}
     return frozenset(book.until) | late
