@@ -18,7 +18,7 @@ import pytest
 from genrl_swarm.comm.hivemind_process import children, running
 from genrl_swarm.games.bandit import SoftmaxPolicy
 from genrl_swarm.run.checkpoint import STATE_FILE, latest_checkpoint
-from genrl_swarm.run.metrics import read_metrics
+from genrl_swarm.run.metrics import MetricsLogger, read_metrics
 
 TESTS = Path(__file__).parent
 QUIET = ["run.tensorboard=false", "run.plot=false", "run.console=false", "game.mode=train"]
@@ -197,3 +197,14 @@ def test_kill_between_the_checkpoint_and_the_row_loses_no_row(tmp_path: Path) ->
     assert again.wait() == 0, again.text()[-3000:]
     assert rounds(run / "peer-0") == [0, 1, 2, 3, 4, 5]
     assert "row of round 3 was lost" in again.text()
+
+
+def test_a_row_cut_short_by_a_kill_is_replaced_not_glued_to(tmp_path: Path) -> None:
+    """Killed mid-append, after the round's checkpoint: the file ends in half a row. The resumed
+    logger drops it and writes the checkpoint's copy on a line of its own."""
+    peer = tmp_path / "peer-0"
+    peer.mkdir()
+    (peer / "metrics.jsonl").write_text('{"round": 0, "peer": "peer-0", "rew')
+    logger = MetricsLogger(peer, tensorboard=False, start_round=1, carried={"round": 0, "peer": "peer-0", "reward/own": 0.5})
+    logger.close()
+    assert read_metrics(peer / "metrics.jsonl") == [{"round": 0, "peer": "peer-0", "reward/own": 0.5}]

@@ -55,7 +55,7 @@ class MetricsLogger:
         if len(kept) < len(rows):
             dropped = sorted({row.get("round", -1) for row in rows} - {row["round"] for row in kept})
             log.info("%s: rounds %d-%d were played after the checkpoint this run resumes from: their rows are removed and the rounds played again", self.path, dropped[0], dropped[-1])
-        if rows:  # renamed into place: a kill now cannot take the earlier rows with it
+        if self.path.exists():  # also drops a row cut short by a kill; renamed into place, so a kill now loses nothing
             write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept))
         if carried is not None and carried.get("round") == start_round - 1 and not any(row.get("round") == carried["round"] for row in kept):
             log.info("%s: the row of round %d was lost (stopped after its checkpoint): written from the checkpoint", self.path, carried["round"])
