@@ -312,9 +312,9 @@ def test_copies_among_several_senders_count_only_for_the_first_committer() -> No
     state, inputs, _ = round_state(tasks=2)
     work, other = long_tokens(inputs[0]), long_tokens(inputs[0], start=1)
     received = {"a": [work], "b": [other], "c": [work], "d": [work, long_tokens(inputs[1])]}
-    drops = state.record(0, inputs, received)
+    assert state.record(0, inputs, received) == []  # de-duplicated, never a drop
     reason = "identical to the body a committed to first"
-    assert [(d.peer_id, d.task_id, d.reason, d.kind) for d in drops] == [
+    assert [(d.peer_id, d.task_id, d.reason, d.kind) for d in state.copies] == [
         ("c", inputs[0].task_id, reason, "copy"),
         ("d", inputs[0].task_id, reason, "copy"),
     ]

@@ -141,8 +141,8 @@ def test_identical_work_counts_only_for_the_earlier_commitment() -> None:
     short = tokens(inp, (5, 6), (7,))  # a short answer: honest peers can agree on it exactly
     # received is in commitment order: "first" committed before "copier"
     received = {"me": [tokens(inp, (4,))], "first": [work], "copier": [work], "a": [short], "b": [short]}
-    drops = state.record(0, [inp], received)
-    assert [(d.peer_id, d.kind) for d in drops] == [("copier", "copy")]
+    assert state.record(0, [inp], received) == []  # de-duplicated, never a drop
+    assert [(d.peer_id, d.kind) for d in state.copies] == [("copier", "copy")]
     assert [r.peer_id for r in state.rollouts] == ["me", "first", "a", "b"]
 
 

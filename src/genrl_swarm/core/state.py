@@ -28,7 +28,9 @@ class GameState:
     its own, and in games with per-peer questions those of senders whose bodies it accepted
     (rebuilt here, never read from the sender); ``inputs`` the input of each task by stage;
     ``rollouts`` every body accepted, this peer's own and the swarm's; ``drops`` every body
-    refused, with why.
+    refused, with why; ``copies`` every body identical to one an earlier sender committed to:
+    de-duplicated (trained on and credited once, as the first), never a drop against its
+    sender, since converged honest peers sampling deterministically produce them too.
     """
 
     round: int
@@ -37,6 +39,7 @@ class GameState:
     inputs: dict[int, dict[str, StageInput]] = field(default_factory=dict)
     rollouts: list[Rollout[Any]] = field(default_factory=list)
     drops: list[Drop] = field(default_factory=list)
+    copies: list[Drop] = field(default_factory=list)
 
     def set_tasks(self, tasks: Iterable[Task]) -> None:
         self.tasks = {t.id: t for t in tasks}
@@ -54,8 +57,9 @@ class GameState:
         """Store a stage: the inputs shown locally, and each peer's bodies (own included) that
         answer one of *those* inputs. A body for an unknown task, for an input other than the
         one this peer built (by digest), a second body for one task, a copy of a body an earlier
-        sender committed to (``received`` is in commitment order), or one ``check`` refuses is
-        dropped with its reason; the others are kept with their derived text. A sender whose
+        sender committed to (``received`` is in commitment order: kept in ``copies``, not a drop),
+        or one ``check`` refuses is dropped with its reason; the others are kept with their
+        derived text. A sender whose
         bodies take more than ``cpu_budget`` seconds of this thread's CPU to check and derive
         loses the rest of them. With ``tasks_of`` (per-peer questions, stage 0) a sender's bodies
         answer *its* tasks, which this peer rebuilds (on the sender's CPU budget) and adds to
@@ -90,7 +94,7 @@ class GameState:
                         raise
                     reason, kind = f"checking it failed: {type(e).__name__}: {e}", "scoring"
                 if reason is not None:
-                    dropped.append(Drop(peer, stage, body.task_id, reason, kind))
+                    (self.copies if kind == "copy" else dropped).append(Drop(peer, stage, body.task_id, reason, kind))
                     continue
                 if theirs is not None:
                     self.tasks.setdefault(body.task_id, theirs[body.task_id])

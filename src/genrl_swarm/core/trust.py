@@ -87,8 +87,10 @@ class SenderBook:
             for d in drops:
                 if d.peer_id == self.me:
                     continue
-                self.drops[(d.peer_id, d.kind)] += 1
                 self.totals[d.kind] += 1
+                if d.kind == "copy":  # a copy may be a framing, or converged honest work: never held against its sender
+                    continue
+                self.drops[(d.peer_id, d.kind)] += 1
                 self.last_seen[d.peer_id] = round
                 if d.kind in Drop.HARD and d.peer_id not in new:
                     new[d.peer_id] = f"{d.kind}: {d.reason}"
@@ -98,7 +100,7 @@ class SenderBook:
                     rounds.intersection_update(range(round - LATE_WINDOW + 1, round + 1))
                     if len(rounds) >= 2 and d.peer_id not in new:
                         new[d.peer_id] = f"late in rounds {sorted(rounds)} (2 of the last {LATE_WINDOW} quarantine)"
-                elif d.kind != "copy":  # a copy may be a framing: someone pre-committed predictable work
+                else:
                     soft[d.peer_id] += 1
             for peer, n in soft.items():
                 if n > self.config.max_soft_drops and peer not in new:
