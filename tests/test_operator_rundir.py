@@ -1,6 +1,5 @@
 """One peer directory, one process: a twin (a copied identity, the same command twice) is refused
-while the first runs, and a finished run is continued or wiped only when asked. A bad identity
-file is named as such, not as a recipe error."""
+while the first runs, and a finished run is continued or wiped only when asked."""
 
 from __future__ import annotations
 
@@ -60,12 +59,3 @@ def test_the_lock_is_freed_when_the_game_ends(bandit_recipe: object, tmp_path: P
         for hook in m.hooks.after_game:
             hook(m, [])
     build_managers(bandit_recipe("game.max_rounds=4", "swarm.num_peers=1"), resume=True)  # type: ignore[operator]
-
-
-def test_a_bad_identity_file_is_an_identity_error_not_a_recipe_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("hivemind")
-    key = tmp_path / "peer.key"
-    key.write_bytes(b"not a key")
-    code = cli.main(["swarm", "--identity", str(key), "--recipe", "bandit", f"run.dir={tmp_path / 'run'}", *QUIET])
-    (line,) = capsys.readouterr().err.splitlines()[-1:]
-    assert code == 2 and line.startswith("genrl-swarm: identity error: identity file") and "recipe" not in line, line

@@ -8,10 +8,12 @@ that id, so no message here ever suggests deleting an identity file: a new file 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,9 +55,26 @@ def check_multiaddrs(initial_peers: Sequence[str], host_maddrs: Sequence[str]) -
             )
     for text in host_maddrs:
         try:
-            Multiaddr(text)
+            addr = Multiaddr(text)
         except ValueError as e:
             raise SwarmFailure(f"communication.host_maddrs: {text!r} is not a multiaddr ({e}); e.g. /ip4/127.0.0.1/tcp/0") from e
+        check_port_free(addr, text)
+
+
+def check_port_free(addr: Any, text: str) -> None:
+    """SwarmFailure if another process listens on the TCP port ``addr`` asks for. Why here: p2pd
+    listens with SO_REUSEPORT, so a port another p2pd holds does not fail p2pd's own bind; the
+    clash showed up only as "no initial peer answered" many seconds later."""
+    family = next((f for proto, f in (("ip4", socket.AF_INET), ("ip6", socket.AF_INET6)) if proto in addr), None)
+    if family is None or "tcp" not in addr or int(addr.value_for_protocol("tcp")) == 0:
+        return
+    host = addr.value_for_protocol("ip4" if family == socket.AF_INET else "ip6")
+    with socket.socket(family, socket.SOCK_STREAM) as probe:  # no SO_REUSEPORT: any listener there refuses it
+        try:
+            probe.bind((host, int(addr.value_for_protocol("tcp"))))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise SwarmFailure(f"port in use: cannot listen on {text}: another process (another peer's p2pd?) listens there; pick a free port or /tcp/0") from e
 
 
 class IdentityLock:
