@@ -200,14 +200,14 @@ def test_the_readme_is_short_and_about_the_project() -> None:
 
 
 def _run_commands(page: Path) -> list[list[str]]:
-    """``genrl-swarm run --recipe ...`` lines of a page's bash blocks, comments and ``--resume`` off;
+    """``genrl-swarm run --recipe ...`` lines of a page's bash blocks, comments, ``--resume`` and ``--overwrite`` off;
     lines with placeholders (``my_recipe``, ``...``, ``<...>``) left out."""
     commands = []
     for block in re.findall(r"^```bash\n(.*?)^```", page.read_text(), re.S | re.M):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip()
             if line.startswith("genrl-swarm run --recipe") and not re.search(r"my_recipe|\.\.\.|<|path/to", line):
-                commands.append([a for a in shlex.split(line)[2:] if a != "--resume"])
+                commands.append([a for a in shlex.split(line)[2:] if a not in ("--resume", "--overwrite")])
     return commands
 
 
