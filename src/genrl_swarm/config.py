@@ -71,6 +71,7 @@ class RunConfig:
     dir: str = "runs/game"
     checkpoint_every: int = 0  # rounds; 0 = only at the end
     keep_checkpoints: int = 3  # 0 = keep all
+    learner_state_in_latest_only: bool = False  # older checkpoints drop learner/ (the optimizer's moments)
     tensorboard: bool = True
     console: bool = True
     plot: bool = True  # reward_curve.png in the run directory (needs matplotlib)

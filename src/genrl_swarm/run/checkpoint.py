@@ -8,12 +8,15 @@ that contain ``state.json``, which is written last.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 
@@ -72,9 +75,24 @@ def remove_stale_temporaries(root: Path) -> int:
     return len(stale)
 
 
-def load_checkpoint(directory: Path, parts: Mapping[str, Saveable]) -> dict[str, Any]:
-    """Restore each part from ``directory``; returns the saved state.json (round and books)."""
+def drop_part_from_older(root: Path, part: str) -> None:
+    """Remove ``part`` from every complete checkpoint under ``root`` but the newest: renamed to a
+    hidden name first, so a checkpoint never holds half a part (a kill leaves a stale temporary)."""
+    complete = sorted(p for p in root.glob("round_*") if (p / STATE_FILE).is_file())
+    for old in complete[:-1]:
+        if (old / part).is_dir():
+            doomed = Path(tempfile.mkdtemp(prefix=f".{old.name}.{part}.", dir=root))
+            os.replace(old / part, doomed / part)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+
+def load_checkpoint(directory: Path, parts: Mapping[str, Saveable], optional: Collection[str] = ()) -> dict[str, Any]:
+    """Restore each part from ``directory``; returns the saved state.json (round and books). A
+    part named in ``optional`` and absent from the checkpoint keeps its fresh state (logged)."""
     for name, part in parts.items():
+        if name in optional and not (directory / name).is_dir():
+            log.warning("%s holds no %s state (run.learner_state_in_latest_only): it starts fresh", directory, name)
+            continue
         part.load(directory / name)
     state: dict[str, Any] = json.loads((directory / STATE_FILE).read_text())
     return state

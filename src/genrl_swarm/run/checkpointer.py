@@ -14,10 +14,11 @@ from typing import Any
 
 from genrl_swarm.core.game import GameManager
 from genrl_swarm.core.types import RoundResult
-from genrl_swarm.run.checkpoint import save_checkpoint
+from genrl_swarm.run.checkpoint import drop_part_from_older, save_checkpoint
 from genrl_swarm.run.metrics import metrics_row
 
 ROW_KEY = "row"  # the round's metrics row, in state.json
+LEARNER = "learner"  # the part holding the learner's state (optimizer, scheduler, counters, RNG)
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Checkpointer:
     every: int
     keep: int
     max_rounds: int
+    learner_in_latest_only: bool = False  # older checkpoints drop learner/ (see RunConfig)
     _last: dict[str, Any] | None = field(default=None, init=False)  # the row of the latest round played
     _saved: int = field(default=-1, init=False)  # the round of the latest checkpoint written
 
@@ -48,10 +50,12 @@ class Checkpointer:
         round = int(self._last["round"])
         save_checkpoint(self.directory, round, parts(manager), books(manager) | {ROW_KEY: self._last}, self.keep)
         self._saved = round
+        if self.learner_in_latest_only:
+            drop_part_from_older(self.directory, LEARNER)
 
 
 def parts(manager: GameManager) -> dict[str, Any]:
-    return {"policy": manager.policy} | ({"learner": manager.learner} if manager.learner is not None else {})
+    return {"policy": manager.policy} | ({LEARNER: manager.learner} if manager.learner is not None else {})
 
 
 def books(manager: GameManager) -> dict[str, Any]:

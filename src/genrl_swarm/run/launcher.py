@@ -39,7 +39,7 @@ from genrl_swarm.core.identity import IdentityError
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint
-from genrl_swarm.run.checkpointer import ROW_KEY, Checkpointer, parts
+from genrl_swarm.run.checkpointer import LEARNER, ROW_KEY, Checkpointer, parts
 from genrl_swarm.run.console import ConsoleTable
 from genrl_swarm.run.events import EventLog
 from genrl_swarm.run.metrics import MetricsLogger
@@ -147,7 +147,7 @@ def _build_game(
     checkpoint = latest_checkpoint(directory / "checkpoints") if resume else None
     carried = None
     if checkpoint is not None:
-        saved = load_checkpoint(checkpoint[1], parts(manager))
+        saved = load_checkpoint(checkpoint[1], parts(manager), optional={LEARNER})
         coordinator.register(comm.peer_id)
         coordinator.restore(comm.peer_id, float(saved.get("cumulative_reward", 0.0)), int(saved.get("wins", 0)))
         manager.start_round, carried = checkpoint[0] + 1, saved.get(ROW_KEY)
@@ -158,7 +158,7 @@ def _build_game(
         log.info("%s: no checkpoint in %s, starting at round 0", comm.peer_id, directory / "checkpoints")
     # The checkpoint first: a peer killed between the two hooks then has the round's training
     # saved, and the checkpoint carries the round's row, so the resumed run writes it again.
-    checkpointer = Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds)
+    checkpointer = Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds, run.learner_state_in_latest_only)
     manager.hooks.after_round.append(checkpointer)
     manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round, carried=carried))
     EventLog(directory).attach(manager)  # backend, stage progress, drop and quarantine reasons (the dashboard reads them)
