@@ -88,8 +88,10 @@ contract SwarmCoordinator {
     address[] private _accounts;
     mapping(uint256 => mapping(address => int64[])) private _scores; // round => peer => scores by others
     mapping(uint256 => address[]) private _scoredPeers; // round => peers with at least one score
-    mapping(uint256 => mapping(address => bool)) private _reported; // round => reporter => submitted
-    mapping(uint256 => uint256) private _reporterCount; // round => accounts that submitted
+    mapping(uint256 => mapping(address => address)) private _lastScored; // round => reporter => last peer it scored
+    mapping(uint256 => mapping(address => bool)) private _complete; // round => reporter => its last part landed
+    mapping(uint256 => uint256) private _reporterCount; // round => accounts that submitted (the voters)
+    mapping(uint256 => uint256) private _completeCount; // round => accounts whose report is complete
     mapping(uint256 => bool) private _finalized;
     mapping(uint256 => address) private _winner;
     mapping(uint256 => int256) private _best; // round => highest reward settled so far
@@ -192,16 +194,29 @@ contract SwarmCoordinator {
     /// still plays along (it reports round r before it can take part in round r + 1); older rounds
     /// are closed so a settled round never changes, future rounds are not played yet.
     function submitScores(uint256 round, address[] calldata peers, int256[] calldata scores) external {
+        _submit(round, peers, scores, true);
+    }
+
+    /// @notice One part of the caller's report for ``round``, for reports too big for one block:
+    /// parts go in ascending peer order, each starting above the previous part's last peer (a
+    /// part sent again is refused as AlreadyScored); ``last`` marks the final one. The caller is a
+    /// voter from its first part; the round settles early only once every report is complete.
+    function submitScoresPart(uint256 round, address[] calldata peers, int256[] calldata scores, bool last) external {
+        _submit(round, peers, scores, last);
+    }
+
+    function _submit(uint256 round, address[] calldata peers, int256[] calldata scores, bool last) private {
         if (!_peers[msg.sender].registered) revert NotRegistered(msg.sender);
         if (round > currentRound) revert FutureRound(round, currentRound);
         if (round + 1 < currentRound) revert RoundClosed(round, currentRound);
         if (_finalized[round]) revert AlreadyFinalized(round);
         if (_settled[round] > 0) revert RoundSettling(round);
-        if (_reported[round][msg.sender]) revert AlreadyScored(round, msg.sender);
+        if (_complete[round][msg.sender]) revert AlreadyScored(round, msg.sender);
         if (peers.length != scores.length) revert LengthMismatch(peers.length, scores.length);
         if (peers.length == 0) revert EmptyReport();
-        _reported[round][msg.sender] = true;
-        _reporterCount[round] += 1;
+        address previous = _lastScored[round][msg.sender];
+        if (previous == address(0)) _reporterCount[round] += 1;
+        else if (peers[0] <= previous) revert AlreadyScored(round, msg.sender);
         for (uint256 i = 0; i < peers.length; i++) {
             address peer = peers[i];
             int256 score = scores[i];
@@ -215,14 +230,19 @@ contract SwarmCoordinator {
             if (list.length == 0) _scoredPeers[round].push(peer);
             list.push(int64(score));
         }
+        _lastScored[round][msg.sender] = peers[peers.length - 1];
+        if (last) {
+            _complete[round][msg.sender] = true;
+            _completeCount[round] += 1;
+        }
         emit ScoresSubmitted(round, msg.sender, peers, scores);
     }
 
     /// @notice True once no score can change ``round``: it is past, and either every
-    /// registered account has reported it, or its grace round is over too, or its settling began.
+    /// registered account has completed its report, or its grace round is over, or its settling began.
     function canFinalize(uint256 round) public view returns (bool) {
         if (_finalized[round] || round >= currentRound) return false;
-        return round + 1 < currentRound || _reporterCount[round] == _accounts.length || _settled[round] > 0;
+        return round + 1 < currentRound || _completeCount[round] == _accounts.length || _settled[round] > 0;
     }
 
     /// @notice Settles the next page of at most ``maxPeers`` scored peers of ``round`` (anyone may
@@ -341,7 +361,7 @@ contract SwarmCoordinator {
     }
 
     function hasScored(uint256 round, address account) external view returns (bool) {
-        return _reported[round][account];
+        return _lastScored[round][account] != address(0);
     }
 
     /// @notice Whether ``round`` is settled, how many accounts reported it and who won it.

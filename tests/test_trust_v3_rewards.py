@@ -20,7 +20,7 @@ pytest.importorskip("web3")
 from test_contract import MAX_SCORE, SCALE, Chain  # noqa: E402
 
 from genrl_swarm.coord.errors import CoordinatorError  # noqa: E402
-from genrl_swarm.coord.evm import EvmCoordinator  # noqa: E402
+from genrl_swarm.coord.evm import ContractRevert, EvmCoordinator  # noqa: E402
 
 MAX = MAX_SCORE / SCALE
 
@@ -159,3 +159,28 @@ def test_local_one_hostile_peer_of_three_cannot_move_the_honest_rewards() -> Non
         c.finish_round(r)
     assert sum(c.tally(p)[1] for p in "ab") == 3
     assert c.tally("a")[0] == c.tally("b")[0] == 1.5 and c.tally("h") == (0.0, 0)
+
+
+def test_a_report_too_big_for_one_transaction_goes_in_parts(tmp_path: Path) -> None:
+    """Parts in ascending order, each a vote from the first on; the round settles early only
+    once the last part landed; a part sent again (a resumed peer) is AlreadyScored, taken as done."""
+    chain = Chain(accounts=7)
+    peers = peers_on(chain, tmp_path, 7)
+    for c in peers:
+        c.report_part = 3
+    rewards = {f"p{j}": 0.25 for j in range(7)}
+    for i, c in enumerate(peers[1:], start=1):
+        c.report(RoundResult(0, f"p{i}", rewards, ()))
+    ordered = sorted((chain.acct(j) for j in range(7)), key=lambda a: int(a, 16))
+    own = peers[0].client  # account 0's client (one nonce tracker per account)
+    part = chain.contract.functions.submitScoresPart
+    own.transact(part(0, ordered[:3], [SCALE] * 3, False))
+    own.transact(chain.contract.functions.advanceRound())
+    assert chain.read("roundStatus", 0)[1] == 7 and not chain.read("canFinalize", 0)  # p0's report is not complete
+    with pytest.raises(ContractRevert, match="AlreadyScored"):
+        own.transact(part(0, ordered[:3], [SCALE] * 3, False))
+    own.transact(part(0, ordered[3:], [SCALE] * 4, True))
+    assert chain.read("canFinalize", 0)
+    peers[1].report(RoundResult(0, "p1", rewards, ()))  # resumed: every part AlreadyScored, nothing raised
+    peers[1].settle()
+    assert totals(chain, *range(7)) == [0.25] * 7  # six votes of 0.25 against one of 1.0

@@ -228,9 +228,10 @@ class EvmCoordinator(Coordinator):
         retries: int = 5,
         w3: Any = None,
         settle_page: int = 64,
+        report_part: int = 256,
     ) -> None:
-        if settle_page < 1:
-            raise CoordinatorError(f"settle_page must be >= 1, got {settle_page}")
+        if settle_page < 1 or report_part < 1:
+            raise CoordinatorError(f"settle_page and report_part must be >= 1, got {settle_page} and {report_part}")
         rpc_url = rpc_url or os.environ.get(RPC_ENV, "http://127.0.0.1:8545")
         contract = contract or os.environ.get(CONTRACT_ENV)
         if not contract:
@@ -242,6 +243,7 @@ class EvmCoordinator(Coordinator):
         self.contract = self.w3.eth.contract(address=contract, abi=artifact()["abi"])
         self.round_wait = round_wait
         self.settle_page = settle_page  # scored peers per finalizeRound page (halved when one fails)
+        self.report_part = report_part  # peers per submitScoresPart transaction (a block holds ~1,000 scores)
         self.account = self.client.address
         self.peer_id = ""
         self.claimed: dict[str, str] = {}  # peer id -> account it signed, not yet confirmed on chain
@@ -312,8 +314,12 @@ class EvmCoordinator(Coordinator):
             log.info("%s: round %d: no score to submit (the chain takes no empty report)", self.peer_id, result.round)
             return
         ordered = sorted(scores, key=lambda a: int(a, 16))  # the contract takes peers strictly ascending
-        fn = self._fn("submitScores", result.round, ordered, [scores[a] for a in ordered])
-        self._idempotent(fn, ("AlreadyScored", "AlreadyFinalized", "RoundClosed", "RoundSettling"))
+        parts = [ordered[i : i + self.report_part] for i in range(0, len(ordered), self.report_part)]
+        for i, part in enumerate(parts):  # a part sent again (a resumed peer) is AlreadyScored: done
+            values = [scores[a] for a in part]
+            fn = self._fn("submitScores", result.round, part, values) if len(parts) == 1 else \
+                self._fn("submitScoresPart", result.round, part, values, i == len(parts) - 1)  # fmt: skip
+            self._idempotent(fn, ("AlreadyScored", "AlreadyFinalized", "RoundClosed", "RoundSettling"))
 
     def _idempotent(self, fn: Any, done_errors: tuple[str, ...]) -> None:
         """A resumed peer may repeat what it already did, a late one may find the round

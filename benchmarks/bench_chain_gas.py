@@ -1,0 +1,75 @@
+"""Gas of the SwarmCoordinator's two costly calls at 10 / 100 / 1,000 registered peers, on the
+in-process EVM (eth-tester + py-evm), for docs/trust.md:
+
+- a report scoring every peer (the first of the round: fresh storage), in parts of PART peers
+  (``submitScoresPart``, as EvmCoordinator sends it) when it has more: its total and largest part;
+- a settle page of PAGE peers when every voter scored each of them (the per-peer cost grows with
+  the voters: a page holds fewer peers in a larger swarm; EvmCoordinator halves a page that fails).
+
+A report's cost grows with the peers it scores (a first report ~68k gas a score, later ones
+less): one transaction scoring 1,000 peers would need more than a 30M-gas block, hence parts.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_chain_gas.py [--peers 10 100 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+from test_contract import SCALE, Chain  # noqa: E402
+
+
+PAGE = 8
+PART = 256
+
+
+def report_gas(chain: Chain, n: int) -> tuple[int, int, int]:
+    """Account 0 scores all ``n`` peers for round 0: (total gas, largest part, parts)."""
+    ordered = sorted((chain.acct(i) for i in range(n)), key=lambda a: int(a, 16))
+    parts = [ordered[i : i + PART] for i in range(0, n, PART)]
+    gas = []
+    for k, part in enumerate(parts):
+        if len(parts) == 1:
+            receipt = chain.send(0, "submitScores", 0, part, [SCALE // 2] * len(part))
+        else:
+            receipt = chain.send(0, "submitScoresPart", 0, part, [SCALE // 2] * len(part), k == len(parts) - 1)
+        gas.append(int(receipt["gasUsed"]))
+    return sum(gas), max(gas), len(parts)
+
+
+def measure(n: int) -> tuple[str, int]:
+    """(gas of a full report, gas of one settle page) with ``n`` voters."""
+    chain = Chain(accounts=n)
+    chain.register(*range(n))
+    scored = list(range(min(n, PAGE)))
+    for who in range(1, n):  # every voter but 0 scores the page's peers
+        chain.score(who, 0, {i: 0.5 for i in scored})
+    total, largest, parts = report_gas(chain, n)
+    report = f"{total:,}" if parts == 1 else f"{total:,} in {parts} parts (largest {largest:,})"
+    chain.send(0, "advanceRound")
+    chain.send(0, "advanceRound")
+    page = chain.send(0, "finalizeRound", 0, PAGE)["gasUsed"]  # the first page: peers every voter scored
+    while not chain.read("roundStatus", 0)[0]:
+        chain.send(0, "finalizeRound", 0, PAGE)
+    assert chain.totals(1)[0] == SCALE // 2
+    return report, int(page)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--peers", type=int, nargs="+", default=[10, 100, 1000])
+    args = p.parse_args()
+    print(f"| peers (voters) | gas of a report scoring every peer | gas of a settle page ({PAGE} peers) | gas per settled peer |")
+    print("|---:|---:|---:|---:|")
+    for n in args.peers:
+        report, page = measure(n)
+        print(f"| {n} | {report} | {page:,} | {page // PAGE:,} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
