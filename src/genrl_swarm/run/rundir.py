@@ -48,7 +48,8 @@ class RunDirLock:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.release()
-            raise RunDirError(f"{directory} is in use by another running process (a second copy of this peer's identity, or the same run started twice): stop it, or give this one another run.dir") from None
+            why = "a second copy of this peer's identity, or the same run started twice"
+            raise RunDirError(f"{directory} is in use by another running process ({why}): stop it, or give this one another run.dir") from None
         try:
             self._settle(existing)
         except BaseException:
