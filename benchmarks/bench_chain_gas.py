@@ -23,7 +23,6 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from test_contract import SCALE, Chain  # noqa: E402
 
-
 PAGE = 8
 PART = 256
 

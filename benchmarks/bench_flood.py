@@ -7,7 +7,10 @@ learner's importance-weight cap is all that bounds it). Each arm plays the same 
 is the three honest peers alone. Reported: the honest peers' final greedy eval (mean payoff of
 the greedy arm over every context, 1.0 = always the best arm), mean and spread over seed sets.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_flood.py [--rounds 16] [--seeds 4]
+    OMP_NUM_THREADS=1 python benchmarks/bench_flood.py [--rounds 16] [--seeds 4] [--claimed-logp -50]
+
+``--claimed-logp -2.08`` (log 1/8: a uniform policy's, a claim no receiver can call implausible)
+measures the flood the plausibility check cannot catch: its pulls then weigh at most 1 each.
 """
 
 from __future__ import annotations
@@ -29,26 +32,27 @@ CLAIMED_LOGP = -50.0
 class FloodPolicy(SoftmaxPolicy):
     """Sends ``num_generations`` pulls of each context's second-best arm, claiming log-prob -50."""
 
-    def __init__(self, payoffs: list[list[float]], **kwargs: object) -> None:
+    def __init__(self, payoffs: list[list[float]], claimed_logp: float = CLAIMED_LOGP, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.second = [sorted(range(len(row)), key=lambda a: row[a])[-2] for row in payoffs]
+        self.claimed_logp = claimed_logp
 
     def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
         return [
             ArmPulls(i.task_id, i.digest, (self.second[i.context["context"]],) * self.num_generations,
-                     (CLAIMED_LOGP,) * self.num_generations, self.version)
+                     (self.claimed_logp,) * self.num_generations, self.version)
             for i in inputs
         ]  # fmt: skip
 
 
-def honest_evals(seed: int, flooder: bool, rounds: int) -> list[float]:
+def honest_evals(seed: int, flooder: bool, rounds: int, claimed_logp: float = CLAIMED_LOGP) -> list[float]:
     """The honest peers' final eval after ``rounds`` rounds, with or without the flooder."""
     n = 4 if flooder else 3
     managers, coordinator = [], LocalCoordinator(settle_wait=0)
     for rank, comm in enumerate(InMemoryBackend.spawn(n)):
         data = BanditData(tasks_per_round=6, seed=seed)  # the recipe's
         if flooder and rank == n - 1:
-            policy: SoftmaxPolicy = FloodPolicy(data.payoffs, num_stages=2, seed=1000 * seed + rank)
+            policy: SoftmaxPolicy = FloodPolicy(data.payoffs, claimed_logp, num_stages=2, seed=1000 * seed + rank)
         else:
             policy = SoftmaxPolicy(num_stages=2, seed=1000 * seed + rank)
         config = GameConfig(num_stages=2, max_rounds=rounds, exchange_timeout=30.0, mode="train_and_evaluate")
@@ -61,10 +65,11 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=16)  # the recipe's
     p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--claimed-logp", type=float, default=CLAIMED_LOGP)
     args = p.parse_args()
     rows = {}
     for flooder in (False, True):
-        means = [statistics.mean(honest_evals(seed, flooder, args.rounds)) for seed in range(args.seeds)]
+        means = [statistics.mean(honest_evals(seed, flooder, args.rounds, args.claimed_logp)) for seed in range(args.seeds)]
         rows[flooder] = means
         label = "with flooder" if flooder else "without"
         print(f"{label:13s} honest final eval {statistics.mean(means):.3f} ± {statistics.stdev(means):.3f}"

@@ -16,7 +16,7 @@ from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core.types import RoundResult
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
-pytest.importorskip("web3")
+web3 = pytest.importorskip("web3")  # test_contract's Chain (the in-process EVM) needs the chain extra
 from test_contract import MAX_SCORE, SCALE, Chain  # noqa: E402
 
 from genrl_swarm.coord.errors import CoordinatorError  # noqa: E402
@@ -103,7 +103,7 @@ def test_an_empty_report_is_refused_and_the_client_sends_none(tmp_path: Path) ->
     """An empty report used to make its sender a voter of nothing; now it is refused, and a peer
     with nothing to score sends nothing (and is not crashed)."""
     chain = Chain(accounts=3)
-    p0, p1, _ = peers_on(chain, tmp_path, 3)
+    _, p1, _ = peers_on(chain, tmp_path, 3)
     chain.reverts("EmptyReport", 1, "submitScores", 0, [], [])
     p1.report(RoundResult(0, "p1", {}, ()))
     assert chain.read("roundStatus", 0)[1] == 0
