@@ -50,7 +50,7 @@ GROUPS: dict[str, Group] = {
         ("src/genrl_swarm/core/*.py",),
         ("tests/test_loop.py", "tests/test_exchange.py", "tests/test_hostile.py", "tests/test_local_truth.py",
          "tests/test_codec.py", "tests/test_checkpoint.py", "tests/test_multipeer.py", "tests/test_core_units.py",
-         "tests/test_core_multipeer.py"),
+         "tests/test_core_multipeer.py", "tests/test_trust_v3_book.py", "tests/test_trust_v3_copies.py"),
     ),
     "comm": Group(
         ("src/genrl_swarm/comm/base.py", "src/genrl_swarm/comm/codec.py", "src/genrl_swarm/comm/memory.py",
@@ -60,12 +60,13 @@ GROUPS: dict[str, Group] = {
     ),
     "coord": Group(
         ("src/genrl_swarm/coord/*.py",),
-        ("tests/test_coordinator_rules.py", "tests/test_multipeer.py", "tests/test_contract.py", "tests/test_coord_units.py"),
+        ("tests/test_coordinator_rules.py", "tests/test_multipeer.py", "tests/test_contract.py", "tests/test_coord_units.py",
+         "tests/test_trust_v3_rewards.py"),
     ),
     "trainers": Group(
         ("src/genrl_swarm/trainers/*.py",),
         ("tests/test_grpo_loss.py", "tests/test_off_policy.py", "tests/test_reference_grpo.py", "tests/test_lm.py",
-         "tests/test_grpo_speed.py"),
+         "tests/test_grpo_speed.py", "tests/test_trust_v3_flood.py"),
         isolation="forkserver",
     ),
     "lm": Group(

@@ -13,16 +13,29 @@ from pathlib import Path
 import pytest
 import torch
 
-from genrl_swarm.games.bandit.game import PLAUSIBLE_LOG_RATIO, capped_sender_shares, importance_weight
+from genrl_swarm.games.bandit.game import PLAUSIBLE_LOG_RATIO, ArmPulls, capped_sender_shares, consistent_claims, importance_weight
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from bench_flood import honest_evals  # noqa: E402
 
 
-def test_the_flooder_no_longer_pulls_honest_learners_to_the_wrong_arm() -> None:
-    evals = [e for seed in (0, 1) for e in honest_evals(seed, flooder=True, rounds=16)]
-    assert statistics.mean(evals) >= 0.9, evals  # before: 0.59 and 0.62 on these seed sets
+@pytest.mark.parametrize("claimed", [-50.0, math.log(1 / 8), 0.0])
+def test_the_flooder_no_longer_pulls_honest_learners_to_the_wrong_arm(claimed: float) -> None:
+    """-50: the issue's flood (before: 0.59 and 0.62 on these seed sets); log 1/8: a claim as
+    likely as a uniform policy's, which no per-sample check can call implausible (0.84 with the
+    weight cap alone); 0: claiming certainty, so the weight is only this peer's own p."""
+    evals = [e for seed in (0, 1) for e in honest_evals(seed, flooder=True, rounds=16, claimed_logp=claimed)]
+    assert statistics.mean(evals) >= 0.9, evals
     assert min(evals) >= 0.75, evals
+
+
+def test_a_body_whose_pulls_contradict_its_claims_is_not_credible() -> None:
+    flood = ArmPulls("t", "d", (3, 3, 3, 3), (math.log(1 / 8),) * 4)  # P(4 of 4 | p = 1/8) = 0.00024
+    assert consistent_claims(flood) == (False,) * 4
+    sure = ArmPulls("t", "d", (3, 3, 3, 3), (math.log(0.9),) * 4)  # a converged policy: plausible
+    assert consistent_claims(sure) == (True,) * 4
+    mixed = ArmPulls("t", "d", (1, 2, 1, 5), (math.log(0.3), math.log(0.2), math.log(0.31), math.log(0.1)))
+    assert consistent_claims(mixed) == (False, True, False, True)  # one arm, one policy: two claims
 
 
 @pytest.mark.parametrize("claimed", [-50.0, -800.0, -1e9])

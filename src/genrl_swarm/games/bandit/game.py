@@ -17,6 +17,7 @@ Copy this file, change the body and the four classes, point a recipe at them: a 
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import defaultdict
 from collections.abc import Sequence
@@ -183,11 +184,12 @@ class SoftmaxLearner(Learner):
         self.policy, self.lr, self.use_swarm, self.max_sender_share = policy, lr, use_swarm, max_sender_share
 
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
-        groups: dict[tuple[int, str], list[tuple[str, int, float, float]]] = defaultdict(list)
+        groups: dict[tuple[int, str], list[tuple[str, int, float, float, bool]]] = defaultdict(list)
         for scored in rewards.scored:
             r = scored.rollout
             if self.use_swarm or r.peer_id == state.peer_id:
-                groups[(r.stage, r.task_id)].extend((r.peer_id, *x) for x in zip(r.body.arms, scored.rewards, r.body.logprobs))
+                credible = consistent_claims(r.body) if r.peer_id != state.peer_id else (True,) * len(r.body.arms)
+                groups[(r.stage, r.task_id)].extend((r.peer_id, *x) for x in zip(r.body.arms, scored.rewards, r.body.logprobs, credible))
         terms: list[tuple[str, float, np.ndarray, tuple[int, int]]] = []  # sender, weight, direction, (stage, context)
         for (stage, task_id), group in groups.items():
             values = np.array([g[2] for g in group])
@@ -195,9 +197,9 @@ class SoftmaxLearner(Learner):
                 continue  # no signal: every sample scored the same
             inp = state.inputs[stage][task_id]  # as this peer built it
             probs = self.policy.probs(inp)
-            for (sender, arm, _, behaviour), adv in zip(group, (values - values.mean()) / values.std()):
+            for (sender, arm, _, behaviour, credible), adv in zip(group, (values - values.mean()) / values.std()):
                 if probs[arm] > 0:  # an arm outside this peer's offer carries no gradient
-                    w = importance_weight(float(np.log(probs[arm])), behaviour, own=sender == state.peer_id)
+                    w = importance_weight(float(np.log(probs[arm])), behaviour, own=sender == state.peer_id) if credible else 0.0
                     terms.append((sender, w, adv * (np.eye(len(probs))[arm] - probs) / len(group), (stage, inp.context["context"])))
         scales = capped_sender_shares([(t[0], t[1]) for t in terms], state.peer_id, self.max_sender_share)
         for (sender, w, direction, cell) in terms:
@@ -231,6 +233,29 @@ def importance_weight(local_logp: float, behaviour_logp: float, own: bool) -> fl
     if not own and log_ratio > PLAUSIBLE_LOG_RATIO:
         return 0.0
     return float(np.exp(min(log_ratio, np.log(OWN_WEIGHT_CAP if own else SWARM_WEIGHT_CAP))))
+
+
+#: A body's pulls of one arm are not credible when pulling that arm so often is less likely than
+#: this under the probability the body claims for it (or when its pulls of one arm claim
+#: different probabilities): a sender claiming a low probability to earn a high weight cannot
+#: also pull the same arm every time. Honest bodies fall below it 0.1% of the time (weight 0, no drop).
+CONSISTENCY_P = 1e-3
+
+
+def consistent_claims(body: ArmPulls) -> tuple[bool, ...]:
+    """Per pull: whether the body's own claims make its count of that arm plausible."""
+    counts: dict[int, int] = defaultdict(int)
+    claims: dict[int, set[float]] = defaultdict(set)
+    for arm, logp in zip(body.arms, body.logprobs):
+        counts[arm] += 1
+        claims[arm].add(logp)
+    n = len(body.arms)
+    credible = {}
+    for arm, k in counts.items():
+        p = float(np.exp(min(claims[arm])))
+        tail = sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))  # P(K >= k)
+        credible[arm] = len(claims[arm]) == 1 and tail >= CONSISTENCY_P
+    return tuple(credible[a] for a in body.arms)
 
 
 def capped_sender_shares(weights: Sequence[tuple[str, float]], me: str, max_share: float) -> dict[str, float]:
