@@ -37,9 +37,9 @@ class Chain:
         self.w3 = web3.Web3(provider)
         tester = provider.ethereum_tester
         # Gas estimates at the block limit: one execution per estimate instead of ~14 (a revert
-        # still raises while estimating, as on a node); the chain's rules are unchanged.
-        if block_gas is None:  # a small block needs real estimates: transactions must fit it
-            tester.backend.chain.gas_estimator = binary_gas_search(tolerance=10**12)
+        # or running out of the block's gas still raises while estimating, as on a node).
+        block = block_gas or 10**12
+        tester.backend.chain.gas_estimator = lambda state, tx: min(binary_gas_search(state, tx, tolerance=10**12), block)
         keys = [str(k) for k in tester.backend.account_keys]
         for i in range(len(keys), accounts):  # more than eth-tester's 10: add and fund them
             key = "0x" + web3.Web3.keccak(text=f"account {i}").hex().removeprefix("0x")

@@ -184,3 +184,11 @@ def test_a_report_too_big_for_one_transaction_goes_in_parts(tmp_path: Path) -> N
     peers[1].report(RoundResult(0, "p1", rewards, ()))  # resumed: every part AlreadyScored, nothing raised
     peers[1].settle()
     assert totals(chain, *range(7)) == [0.25] * 7  # six votes of 0.25 against one of 1.0
+
+
+def test_out_of_gas_is_not_mistaken_for_a_gateway_error() -> None:
+    """An out-of-gas message quoting a storage key with "502" inside was retried 5 times with back-off."""
+    from genrl_swarm.coord.evm import _transient
+
+    assert not _transient(RuntimeError("Out of gas: SSTORE: 0xef8c[114914590352005028158] -> 1"))
+    assert _transient(RuntimeError("HTTP 502 Bad Gateway")) and _transient(RuntimeError("429 Too Many Requests"))

@@ -11,6 +11,7 @@ import ast
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -189,9 +190,13 @@ class ChainClient:
         return str(self.transact(factory.constructor(num_stages))["contractAddress"])
 
 
+#: Errors worth retrying. HTTP codes only as whole numbers: an out-of-gas message quoting a storage
+#: key that happens to contain "502" is not a gateway error (it was retried 5 times with back-off).
+_TRANSIENT = re.compile(r"timeout|timed out|connection|nonce too low|temporarily|\b(?:429|502|503)\b")
+
+
 def _transient(error: BaseException) -> bool:
-    text = f"{type(error).__name__} {error}".lower()
-    return any(word in text for word in ("timeout", "timed out", "connection", "nonce too low", "temporarily", "429", "503", "502"))
+    return _TRANSIENT.search(f"{type(error).__name__} {error}".lower()) is not None
 
 
 def connect(rpc_url: str) -> Any:
