@@ -173,10 +173,11 @@ class SoftmaxPolicy(Policy):
 
 class SoftmaxLearner(Learner):
     """REINFORCE with group-normalised advantages per (stage, context). A pull is weighted by
-    p_local / p_behaviour, capped by ``importance_caps``: at 2 for this peer's own pulls, at 1
-    for the swarm's, so a sender claiming a tiny behaviour probability (its claim is all the
-    receiver has) weighs no more than a pull of this peer's own; and ``sender_share_cap`` bounds
-    each other sender's share of the update's total weight (``capped_sender_shares``)."""
+    p_local / p_behaviour (``importance_weight``), capped at 2 for this peer's own pulls and at 1
+    for the swarm's: the behaviour probability is the sender's claim, so a swarm pull never
+    weighs more than an own one, an implausible claim weighs 0, and so do pulls that contradict
+    their body's own claims (``consistent_claims``); ``max_sender_share`` bounds each other
+    sender's share of the update's total weight (``capped_sender_shares``)."""
 
     def __init__(self, policy: SoftmaxPolicy, lr: float = 0.5, use_swarm: bool = True, max_sender_share: float = 0.5) -> None:
         if not 0 < max_sender_share <= 1:
@@ -238,7 +239,7 @@ def importance_weight(local_logp: float, behaviour_logp: float, own: bool) -> fl
 #: A body's pulls of one arm are not credible when pulling that arm so often is less likely than
 #: this under the probability the body claims for it (or when its pulls of one arm claim
 #: different probabilities): a sender claiming a low probability to earn a high weight cannot
-#: also pull the same arm every time. Honest bodies fall below it 0.1% of the time (weight 0, no drop).
+#: also pull the same arm every time. An honest body falls below it at most 0.1% of the time (weight 0, no drop).
 CONSISTENCY_P = 1e-3
 
 
