@@ -49,6 +49,45 @@ def test_reasoning_gyms_eval_scorer_cannot_write_a_file_or_start_a_process(pool:
     assert not marker.exists()
 
 
+def test_the_kernel_refuses_signals_processes_and_file_changes_even_to_code_that_hides_the_attempt(pool: ScorerPool, entry: dict, tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    victim = subprocess.Popen(["sleep", "60"])
+    (tmp_path / "keep").write_text("x")
+    try:
+        attacks = [
+            "__import__('os').killpg(__import__('os').getpgid(0), 9)",  # the peer's process group
+            f"__import__('os').kill({os.getpid()}, 19)",  # stop the peer
+            f"__import__('os').kill({victim.pid}, 9)",  # any process of the same user
+            "__import__('os').kill(__import__('os').getpid(), 19)",  # stall itself, uncharged
+            f"__import__('os').mkdir('{tmp_path / 'made'}')",
+            f"__import__('os').remove('{tmp_path / 'keep'}')",
+            f"__import__('os').symlink('/', '{tmp_path / 'link'}')",
+            f"__import__('os').open('{tmp_path / 'written'}', 65)",  # O_WRONLY | O_CREAT, past the audit hook
+            "__import__('_posixsubprocess').fork_exec(['/bin/true'], [b'/bin/true'], True, (), None, None, -1, -1, -1, -1, -1, -1, -1, -1, False, False, -1, None, None, None, -1, None, False)",
+        ]
+        for attack in attacks:
+            got, _ = spiral(pool, entry, f"[{attack}]")
+            assert got == 0.0 or isinstance(got, str), (attack, got)  # refused (the scorer catches the error)
+        assert victim.poll() is None
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["keep"]
+        assert spiral(pool, entry, entry["answer"], "honest")[0] == 1.0
+    finally:
+        victim.kill()
+
+
+def test_a_worker_cannot_forge_the_reply_to_its_next_job(pool: ScorerPool, entry: dict) -> None:
+    # every socket the worker holds gets five forged replies of 1.0 (the listing's own fd is left out)
+    forge = ("[(lambda os, st, d: (os.close(d), [os.write(fd, (lambda p: len(p).to_bytes(4, 'big') + p)(__import__('msgspec').msgpack.encode({'value': 1.0})) * 5)"
+             " for fd in sorted(set(map(int, os.listdir('/proc/self/fd'))) - {d}) if fd > 2 and st.S_ISSOCK(os.fstat(fd).st_mode)]))"
+             "(__import__('os'), __import__('stat'), __import__('os').dup(0))]")  # fmt: skip
+    got, _ = spiral(pool, entry, forge, "forger")
+    assert isinstance(got, str) and "another job" in got  # the extra frames end that worker
+    for _ in range(3):
+        assert spiral(pool, entry, "1 2 3", "forger")[0] == 0.0  # a fresh worker: wrong answers score 0
+
+
 def test_the_network_is_out_of_reach(pool: ScorerPool, entry: dict) -> None:
     got, _ = spiral(pool, entry, '__import__("socket").create_connection(("127.0.0.1", 22), 1)')
     assert isinstance(got, str) and "forbids" in got

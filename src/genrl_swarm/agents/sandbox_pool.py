@@ -20,7 +20,7 @@ import msgspec
 
 from genrl_swarm.sandbox.frames import pack, read_frame
 from genrl_swarm.agents.jobs import EXIT_MEMORY, Job, Reply, SandboxDied, SandboxLimits
-from genrl_swarm.sandbox.kernel import process_clock
+from genrl_swarm.sandbox.kernel import process_cpu
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 60.0  # a loaded machine can take seconds to start an interpreter
@@ -114,10 +114,10 @@ class SandboxPool:
         from /proc, for charging whoever the job was for). SandboxDied when the child died running
         it (its ``cpu_seconds``: what the child had spent)."""
         child = await self._idle.get()
-        before = process_clock(child.proc.pid)
+        before = process_cpu(child.proc.pid)
         try:
             reply = await child.run(self._encode(job))
-            after = process_clock(child.proc.pid)
+            after = process_cpu(child.proc.pid)
         except SandboxDied as e:
             e.cpu_seconds = self.limits.cpu_seconds  # it died: assume it spent its allowance
             self._all.discard(child)
@@ -126,7 +126,7 @@ class SandboxPool:
                 asyncio.get_running_loop().create_task(self._replace())
             raise
         self._idle.put_nowait(child)
-        return reply, (after[0] - before[0]) if before and after else 0.0
+        return reply, (after - before) if before is not None and after is not None else 0.0
 
     async def close(self) -> None:
         self.closing = True

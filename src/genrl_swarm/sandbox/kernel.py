@@ -104,17 +104,29 @@ def audit_hook(root: Path) -> Any:
 VIOLATIONS: list[str] = []
 
 
-def process_clock(pid: int) -> tuple[float, bool] | None:
-    """(user + system CPU seconds so far, whether it is asleep) of process ``pid``, read by its
-    parent from /proc: what a process says of itself cannot be trusted once untrusted code ran in
-    it. "Asleep" is blocked by choice (state S: a sleep, a wait), not starved of CPU by a loaded
-    machine (state R). None once the process is gone."""
+def process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (all its threads), read by its parent from
+    /proc: what a process says of itself cannot be trusted once untrusted code ran in it. None
+    once the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rpartition(b")")[2].split()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS, fields[0] == b"S"  # state, utime, stime: fields 3, 14, 15
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15 of stat
+
+
+def run_and_wait(pid: int) -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one) of the single-threaded process
+    ``pid``, from the scheduler's own count (/proc/<pid>/schedstat, nanoseconds). Wall time minus
+    the wait is what the process cost, whatever it did with it: computed, slept, blocked, or
+    stopped itself; the wait is a loaded machine's doing. None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            run_ns, wait_ns, _ = f.read().split()
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")

@@ -11,6 +11,10 @@ import msgspec
 
 from genrl_swarm.core.meter import CutOff
 
+#: CPU seconds a worker may use over its whole life (kernel-enforced backstop); the peer retires
+#: a worker at half of it, so an honest sender's job never meets it.
+WORKER_CPU_SECONDS = 600.0
+
 
 class ScorerLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Limits of the scorer sandbox; the ``scorer`` section of a recipe's ``trust``.
@@ -23,7 +27,7 @@ class ScorerLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     wall_seconds: float = 30.0
     memory_mb: int = 512  # address space each worker may add to what the preloaded scorers use
     file_mb: int = 1
-    workers: int = 2  # live sandboxed workers; each serves one sender at a time
+    workers: int = 4  # live sandboxed workers; each serves one sender at a time
 
     def __post_init__(self) -> None:
         if not (0 < self.cpu_seconds <= self.wall_seconds and self.memory_mb > 0 and self.workers >= 1):
@@ -36,6 +40,7 @@ class ScoreReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     value: float = 0.0
     error: str = ""
+    nonce: int = 0  # the job's: a reply a worker queued ahead of its job cannot carry it
 
 
 class ScorerFailed(CutOff):

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import pickle
+import secrets
 import select
 import shutil
 import signal
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -33,8 +35,9 @@ import msgspec
 
 from genrl_swarm.core import meter
 from genrl_swarm.sandbox.frames import FrameError, pack
-from genrl_swarm.sandbox.kernel import process_clock
-from genrl_swarm.scoring.jobs import ScoreReply, ScorerFailed, ScorerLimits
+from genrl_swarm.sandbox.kernel import run_and_wait
+from genrl_swarm.sandbox.seccomp import not_dumpable
+from genrl_swarm.scoring.jobs import WORKER_CPU_SECONDS, ScoreReply, ScorerFailed, ScorerLimits
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # a loaded machine can take a while to import the scorers
@@ -53,40 +56,51 @@ class Worker:
             os.kill(self.pid, signal.SIGKILL)
         self.sock.close()
 
-    def call(self, job: bytes, cpu_cap: float, wall: float) -> tuple[ScoreReply | None, float, str]:
-        """(reply or None, seconds to charge, why it failed). Charged: the worker's CPU time plus
-        the time it slept by choice (a scorer that sleeps holds this peer as surely as one that
-        spins); time it waited for a loaded machine's CPU is not the sender's doing."""
-        clock = process_clock(self.pid)
-        start = used = clock[0] if clock else 0.0
-        asleep, deadline = 0.0, time.monotonic() + wall
+    def call(self, target: str, args: tuple[Any, ...], cap: float, wall: float) -> tuple[ScoreReply | None, float, str]:
+        """(reply or None, seconds to charge, why it failed). Charged: wall time minus the time
+        the worker waited for a CPU (``run_and_wait``): computing, sleeping, blocking or stopping
+        itself all hold this peer; waiting on a loaded machine is not the sender's doing. Past
+        ``cap`` charged seconds, or ``wall`` seconds in all, the worker is killed."""
+        nonce = secrets.randbits(63)
+        times = run_and_wait(self.pid)
+        if times is None:
+            return None, 0.0, "the scorer's process was gone"
+        start, waited0, charged = time.monotonic(), times[1], 0.0
         try:
-            self.sock.sendall(pack(job))
+            self.sock.sendall(pack(pickle.dumps((nonce, target, args))))
         except OSError as e:
             return None, 0.0, f"the scorer's process was gone ({type(e).__name__})"
         while True:
             ready, _, _ = select.select([self.sock], [], [], _POLL)
+            times = run_and_wait(self.pid) or times  # None once it died: keep the last count
+            charged = max(charged, time.monotonic() - start - (times[1] - waited0))
             if ready:
-                return self._reply(used - start + asleep, deadline)
-            clock = process_clock(self.pid)
-            if clock is not None:  # None once it died: keep what it had used
-                used, sleeping = clock
-                asleep += _POLL if sleeping else 0.0
-            if used - start + asleep > cpu_cap:
-                return None, used - start + asleep, f"the scorer used over {cpu_cap:.2f} s of CPU or sleep"
-            if time.monotonic() > deadline:
-                return None, used - start + asleep, f"the scorer did not finish within {wall:g} s"
+                return self._reply(nonce, charged, start + wall)
+            if charged > cap:
+                return None, charged, f"the scorer took over {cap:.2f} s (CPU, sleep or blocked)"
+            if time.monotonic() - start > wall:
+                return None, charged, f"the scorer did not finish within {wall:g} s"
 
-    def _reply(self, used: float, deadline: float) -> tuple[ScoreReply | None, float, str]:
+    def _reply(self, nonce: int, charged: float, deadline: float) -> tuple[ScoreReply | None, float, str]:
+        """The one frame the job asked for: the job's nonce, and nothing after it (a worker that
+        queues frames of its own is killed, its reply refused)."""
         self.sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
-            header = _recv(self.sock, 4)
-            size = int.from_bytes(header, "big")
+            size = int.from_bytes(_recv(self.sock, 4), "big")
             if size > _MAX_REPLY:
                 raise FrameError(f"a reply of {size} bytes")
-            return msgspec.msgpack.decode(_recv(self.sock, size), type=ScoreReply), used, ""
+            reply = msgspec.msgpack.decode(_recv(self.sock, size), type=ScoreReply)
+            self.sock.setblocking(False)
+            extra = self.sock.recv(1, socket.MSG_PEEK)
+            if extra or reply.nonce != nonce:
+                raise FrameError("a reply for another job, or frames it was not asked for")
+        except BlockingIOError:
+            return reply, charged, ""  # nothing after the reply: as it should be
         except (OSError, EOFError, FrameError, msgspec.DecodeError) as e:
-            return None, used, f"the scorer's process died or broke the protocol ({type(e).__name__})"
+            return None, charged, f"the scorer's process died or broke the protocol ({type(e).__name__}: {e})"
+        finally:
+            self.sock.setblocking(True)
+        return None, charged, "the scorer's process closed its socket after replying"
 
 
 def _recv(sock: socket.socket, size: int) -> bytes:
@@ -110,17 +124,18 @@ class ScorerPool:
         self._zygote: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._scratch = Path(tempfile.mkdtemp(prefix="genrl-scorers-"))
+        weakref.finalize(self, shutil.rmtree, self._scratch, True)  # also when close() is never called
         self.isolated = False
         self.forks = self.kills = 0
 
     def call(self, target: str, *args: Any) -> float:
         """``target(*args)`` in the sandbox, on the current sender's behalf; ScorerFailed if it
         gives no score in its limits (CPU charged to the sender either way)."""
-        cpu_cap = min(self.limits.cpu_seconds, meter.remaining())
+        cap = min(self.limits.cpu_seconds, meter.remaining())
         worker = self._checkout(meter.sender())
-        reply, used, why = worker.call(pickle.dumps((target, args, cpu_cap)), cpu_cap, self.limits.wall_seconds)
+        reply, used, why = worker.call(target, args, cap, self.limits.wall_seconds)
         meter.charge(used)
-        self._checkin(worker, healthy=reply is not None)
+        self._checkin(worker, healthy=reply is not None and self._fresh(worker))
         if reply is None:
             raise ScorerFailed(why)
         if reply.error:
@@ -158,6 +173,12 @@ class ScorerPool:
                 self.kills += 1
             self._cond.notify()
 
+    @staticmethod
+    def _fresh(worker: Worker) -> bool:
+        """Not near its lifetime CPU cap (retired at half: the kernel's cap never meets a job)."""
+        times = run_and_wait(worker.pid)
+        return times is not None and times[0] < WORKER_CPU_SECONDS / 2
+
     def _fork(self, sender: str) -> Worker:
         with self._cond:  # one fork request at a time on the control socket
             alive = self._control is not None and self._zygote is not None and self._zygote.poll() is None
@@ -170,7 +191,9 @@ class ScorerPool:
             return Worker(int.from_bytes(msg, "big"), socket.socket(fileno=fds[0]), sender)
 
     def _start(self) -> socket.socket:
-        """Start the zygote (lazily: peers that never score untrusted text never pay for it)."""
+        """Start the zygote (lazily: peers that never score untrusted text never pay for it).
+        This process becomes non-dumpable first: a worker, root or not, cannot read its memory."""
+        not_dumpable()
         if self._control is not None:  # a zygote that died: its socket goes with it
             self._control.close()
         ours, theirs = socket.socketpair()

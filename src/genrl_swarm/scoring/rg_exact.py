@@ -32,6 +32,9 @@ def default(answer: str | None, entry: Entry) -> float:
     return len(oracle) / len(answer) if oracle in answer else 0.0
 
 
+#: Longest list text read as a matrix: Reasoning Gym's matrices are at most 10 x 10 (a few hundred
+#: characters); the row loop copies the rest of the text per row, so its cost is bounded here.
+MAX_MATRIX_CHARS = 4096
 _CELL = re.compile(r"\s*([+-]?\d{1,20})\s*")
 
 
@@ -39,7 +42,7 @@ def _matrix(text: str) -> str | None:
     """``[[1, 0], [0, 1]]`` (lists or tuples, a trailing comma allowed) as Reasoning Gym prints a
     matrix ("1 0\\n0 1"), or None for anything else. Replaces ``eval`` on the answer."""
     text = text.strip()
-    if len(text) < 2 or text[0] + text[-1] not in ("[]", "()"):
+    if not 2 <= len(text) <= MAX_MATRIX_CHARS or text[0] + text[-1] not in ("[]", "()"):
         return None
     inner, rows = text[1:-1].strip(), []
     while inner:

@@ -24,9 +24,10 @@ from typing import Any
 
 import msgspec
 
+from genrl_swarm.sandbox import seccomp
 from genrl_swarm.sandbox.frames import read_frame_blocking, write_frame_blocking
 from genrl_swarm.sandbox.kernel import VIOLATIONS, arm_cpu, audit_hook, die_with_parent, forbid_processes, leave_network, limit_memory_and_files
-from genrl_swarm.scoring.jobs import ScoreReply, ScorerLimits
+from genrl_swarm.scoring.jobs import WORKER_CPU_SECONDS, ScoreReply, ScorerLimits
 from genrl_swarm.scoring.targets import resolve
 
 EXIT_MEMORY = 3
@@ -47,20 +48,32 @@ def run_job(target: str, args: tuple[Any, ...]) -> ScoreReply:
     return ScoreReply(value=value) if math.isfinite(value) else ScoreReply(error=f"returned {value}")
 
 
-def work(fd: int, scratch: Path) -> None:
-    """A worker: jobs in, typed replies out, until the peer closes the socket."""
+def confine(scratch: Path) -> bool:
+    """A forked worker's own limits, before the first stranger's text: death with the zygote, no
+    new processes, memory others cannot read, a lifetime CPU cap (the peer cuts each job finer,
+    and replaces a worker long before the cap), the seccomp filter (the kernel's refusals), then
+    the audit hook. False when the kernel has no seccomp filter for this architecture."""
     die_with_parent()
     forbid_processes()
+    seccomp.not_dumpable()
+    arm_cpu(WORKER_CPU_SECONDS)
+    filtered = seccomp.install()
     sys.addaudithook(audit_hook(scratch))
+    return filtered
+
+
+def work(fd: int, scratch: Path) -> None:
+    """A worker: jobs in, typed replies out (each echoing its job's nonce), until the peer closes
+    the socket."""
+    confine(scratch)
     encode = msgspec.msgpack.Encoder().encode
     while (frame := read_frame_blocking(fd)) is not None:
-        target, args, cpu_seconds = pickle.loads(frame)
-        arm_cpu(cpu_seconds)  # the kernel's backstop; the peer watches this process's clock finer
+        nonce, target, args = pickle.loads(frame)
         seen = len(VIOLATIONS)
         reply = run_job(target, args)
         if len(VIOLATIONS) > seen:  # the scorer may have caught the refusal: the attempt still counts
             reply = ScoreReply(error=f"tried what the sandbox forbids ({VIOLATIONS[seen]})")
-        write_frame_blocking(fd, encode(reply))
+        write_frame_blocking(fd, encode(msgspec.structs.replace(reply, nonce=nonce)))
 
 
 def fork_worker(control: socket.socket, scratch: Path) -> None:
