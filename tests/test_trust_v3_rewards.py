@@ -192,3 +192,16 @@ def test_out_of_gas_is_not_mistaken_for_a_gateway_error() -> None:
 
     assert not _transient(RuntimeError("Out of gas: SSTORE: 0xef8c[114914590352005028158] -> 1"))
     assert _transient(RuntimeError("HTTP 502 Bad Gateway")) and _transient(RuntimeError("429 Too Many Requests"))
+
+
+def test_local_an_empty_report_is_no_vote(caplog: pytest.LogCaptureFixture) -> None:
+    """An empty report (or one scoring only strangers) would otherwise be a NEUTRAL vote on
+    every peer: a way to drag honest rewards toward 0 without scoring anyone."""
+    c = local_swarm("a", "b", "c", "d")
+    with caplog.at_level(logging.INFO, logger="genrl_swarm.coord.local"):
+        c.report(RoundResult(0, "c", {"stranger": MAX}, ()))
+        c.report(RoundResult(0, "a", {"a": 0.25}, ()))
+    assert [r.getMessage() for r in caplog.records] == ["c reported no score of a registered peer for round 0: not a vote"]
+    c.report(RoundResult(0, "b", {"a": 0.5}, ()))
+    c.report(RoundResult(0, "d", {"a": 1.0}, ()))
+    assert c.tally("a")[0] == 0.5  # three voters; had c voted, (0, 0, .25, .5, 1) -> 0.25
