@@ -372,7 +372,7 @@ class EvmCoordinator(Coordinator):
     def _settle_round(self, r: int) -> bool:
         """Sends ``finalizeRound`` pages until round ``r`` is settled (True) or found still open
         (False). A page that fails other than by a revert (out of gas, too big for a block) is
-        retried at half the size, down to one peer."""
+        retried at half the size, down to one peer; the smaller size is kept for later rounds."""
         page = self.settle_page
         while True:
             finalized, _, _ = self.client.call(self._fn("roundStatus", r))
@@ -387,7 +387,7 @@ class EvmCoordinator(Coordinator):
             except CoordinatorError:
                 if page == 1:
                     raise
-                page //= 2
+                page = self.settle_page = page // 2  # kept: the next rounds start at a size that fits
                 log.info("%s: round %d: a settle page failed, retrying with %d peers a page", self.peer_id, r, page)
 
     def standings(self) -> dict[str, float]:
