@@ -119,7 +119,7 @@ def prepare(name: str, group: Group, keep: bool) -> Path:
     if work.exists() and not keep:
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    for sub in ("src", "tests", "contracts", "scripts"):
+    for sub in ("src", "tests", "contracts", "scripts", "benchmarks"):  # benchmarks: tests reuse their drivers
         target = work / sub
         if target.exists():
             shutil.rmtree(target)
@@ -135,7 +135,7 @@ def prepare(name: str, group: Group, keep: bool) -> Path:
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--timeout=120",'
         ' "--deselect", "tests/test_contract.py::test_committed_artifact_matches_the_source"]\n'
-        'also_copy = ["tests", "contracts", "scripts"]\n'
+        'also_copy = ["tests", "contracts", "scripts", "benchmarks"]\n'
         "\n[tool.pytest.ini_options]\n"
         'testpaths = ["tests"]\n'
     )
