@@ -77,6 +77,7 @@ def test_grpo_a_swarm_token_never_weighs_more_than_an_own_token() -> None:
 
 
 def test_grpo_loss_caps_swarm_rows_only() -> None:
+    from genrl_swarm.trainers.grpo_loss import PLAUSIBLE_LOG_RATIO as PLAUSIBLE_LOG_RATIO_LM
     from genrl_swarm.trainers.grpo_loss import importance_weights
 
     prox = torch.zeros(2, 2)
@@ -84,6 +85,9 @@ def test_grpo_loss_caps_swarm_rows_only() -> None:
     weight, keep = importance_weights(prox, behaviour, "tis", 2.0, swarm=torch.tensor([0.0, 1.0]))
     assert weight[0].tolist() == pytest.approx([math.exp(0.5), 2.0])  # own row: the is_cap
     assert weight[1].tolist() == pytest.approx([1.0, 0.0]) and keep[1].tolist() == [1.0, 0.0]  # swarm: 1, implausible 0
+    at_tolerance = torch.full((1, 1), -PLAUSIBLE_LOG_RATIO_LM, dtype=torch.float64)  # exactly the stated tolerance: plausible
+    weight, _ = importance_weights(torch.zeros(1, 1, dtype=torch.float64), at_tolerance, "tis", 2.0, swarm=torch.ones(1))
+    assert weight.item() == 1.0
 
 
 def test_grpo_one_sender_fills_at_most_its_cap_of_the_external_share() -> None:
