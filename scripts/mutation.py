@@ -80,8 +80,8 @@ GROUPS: dict[str, Group] = {
         ("tests/test_protocol.py", "tests/test_sim.py", "tests/test_protocol_units.py"),
     ),
     "agents": Group(
-        ("src/genrl_swarm/agents/parsing.py", "src/genrl_swarm/agents/schema.py", "src/genrl_swarm/agents/arith.py",
-         "src/genrl_swarm/agents/tasks/*.py"),
+        ("src/genrl_swarm/envd/parsing.py", "src/genrl_swarm/envd/schema.py",
+         "src/genrl_swarm/envd/tasks/*.py"),
         ("tests/test_agents_parsing.py", "tests/test_agents_tasks.py", "tests/test_agents_units.py"),
     ),
     "async": Group(

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")  # the tiny model's tokenizer
 from genrl_swarm.agents.episodes import ReplayMismatch, Session, task_spec
 from genrl_swarm.agents.policy import AgentPolicy
 from genrl_swarm.agents.shared_env import shared_env
-from genrl_swarm.agents.tasks import TASKS
+from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.core import Episode, GameState, Task, Turn
 from genrl_swarm.games.agent import AgentData, AgentReward, agent_task
 

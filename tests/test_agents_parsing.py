@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from genrl_swarm.agents import Answer, ToolCall, ToolError, parse_action
-from genrl_swarm.agents.schema import Param, Tool
-from genrl_swarm.agents.types import MAX_TEXT
+from genrl_swarm.envd import Answer, ToolCall, ToolError, parse_action
+from genrl_swarm.envd.schema import Param, Tool
+from genrl_swarm.envd.types import MAX_TEXT
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from genrl_swarm.agents import Answer, InvalidRequest, SessionNotFound, StepResult, TaskSpec, ToolCall, ToolError
-from genrl_swarm.agents.host import HostConfig, SessionHost
-from genrl_swarm.agents.jobs import SandboxLimits
-from genrl_swarm.agents.types import MAX_TEXT
+from genrl_swarm.envd import Answer, InvalidRequest, SessionNotFound, StepResult, TaskSpec, ToolCall, ToolError
+from genrl_swarm.envd.host import HostConfig, SessionHost
+from genrl_swarm.envd.jobs import SandboxLimits
+from genrl_swarm.envd.types import MAX_TEXT
 
 LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=0.5, wall_seconds=2.0)
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from genrl_swarm.agents.arith import evaluate, show
-from genrl_swarm.agents.tasks import TASKS, Setup, ToolFailure
+from genrl_swarm.envd.tasks.arith import evaluate, show
+from genrl_swarm.envd.tasks import TASKS, Setup, ToolFailure
 
 calculator, sql, kv = TASKS["calculator"], TASKS["sql"], TASKS["kvstore"]
 

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from genrl_swarm.agents import Answer, ToolCall, ToolError, parse_action
-from genrl_swarm.agents.arith import MAX_CHARS, MAX_DEPTH, evaluate, show
-from genrl_swarm.agents.parsing import FORMAT_HINT, MAX_CALL_CHARS
-from genrl_swarm.agents.schema import Param, Tool
-from genrl_swarm.agents.tasks import TASKS, Task, ToolFailure
-from genrl_swarm.agents.tasks.base import as_number
-from genrl_swarm.agents.tasks.sql import DB, MAX_ROWS, _budget
-from genrl_swarm.agents.types import MAX_ARGUMENTS, MAX_TEXT
+from genrl_swarm.envd import Answer, ToolCall, ToolError, parse_action
+from genrl_swarm.envd.tasks.arith import MAX_CHARS, MAX_DEPTH, evaluate, show
+from genrl_swarm.envd.parsing import FORMAT_HINT, MAX_CALL_CHARS
+from genrl_swarm.envd.schema import Param, Tool
+from genrl_swarm.envd.tasks import TASKS, Task, ToolFailure
+from genrl_swarm.envd.tasks.base import as_number
+from genrl_swarm.envd.tasks.sql import DB, MAX_ROWS, _budget
+from genrl_swarm.envd.types import MAX_ARGUMENTS, MAX_TEXT
 
 calculator, sql, kv, probe = TASKS["calculator"], TASKS["sql"], TASKS["kvstore"], TASKS["probe"]
 

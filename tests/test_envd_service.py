@@ -26,11 +26,11 @@ import pytest
 
 grpc = pytest.importorskip("grpc")
 
-from genrl_swarm.agents import EnvError, EnvUnavailable, InvalidRequest, Overloaded, SessionLost, SessionNotFound, TaskSpec, ToolCall, parse_action
+from genrl_swarm.envd import EnvError, EnvUnavailable, InvalidRequest, Overloaded, SessionLost, SessionNotFound, TaskSpec, ToolCall, parse_action
 from genrl_swarm.sandbox.frames import pack
-from genrl_swarm.agents.host import HostConfig
-from genrl_swarm.agents.jobs import SandboxLimits
-from genrl_swarm.agents.types import MAX_TEXT, Message, StepResult, ToolError
+from genrl_swarm.envd.host import HostConfig
+from genrl_swarm.envd.jobs import SandboxLimits
+from genrl_swarm.envd.types import MAX_TEXT, Message, StepResult, ToolError
 from genrl_swarm.envd import EnvClient, EnvdConfig, Environment, connect
 from genrl_swarm.envd.client import RemoteEnv
 from genrl_swarm.envd.protocol import WorkerReply

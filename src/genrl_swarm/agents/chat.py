@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from genrl_swarm.agents.types import Message
+from genrl_swarm.envd.types import Message
 from genrl_swarm.core.bodies import Turn
 
 

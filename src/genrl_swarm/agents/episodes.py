@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genrl_swarm.agents.chat import ChatRenderer, Conversation
-from genrl_swarm.agents.parsing import parse_action
-from genrl_swarm.agents.types import Action, FinishReason, Reset, StepResult, TaskSpec
+from genrl_swarm.envd.parsing import parse_action
+from genrl_swarm.envd.types import Action, FinishReason, Reset, StepResult, TaskSpec
 from genrl_swarm.core import meter
 from genrl_swarm.core.bodies import Episode
 from genrl_swarm.core.meter import CutOff

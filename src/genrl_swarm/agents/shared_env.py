@@ -30,7 +30,7 @@ def shared_env(address: str = "local") -> EnvClient:
 def _connect(address: str) -> EnvClient:
     if address != "local":
         return connect(address)
-    from genrl_swarm.agents.host import HostConfig
+    from genrl_swarm.envd.host import HostConfig
     from genrl_swarm.envd.controller import EnvdConfig
 
     return connect("local", config=EnvdConfig(workers=1, host=HostConfig(sandboxes=1)))

@@ -10,9 +10,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from genrl_swarm.agents.errors import InvalidRequest
-from genrl_swarm.agents.parsing import parse_action
-from genrl_swarm.agents.types import Action, Reset, StepResult, TaskSpec
+from genrl_swarm.envd.errors import InvalidRequest
+from genrl_swarm.envd.parsing import parse_action
+from genrl_swarm.envd.types import Action, Reset, StepResult, TaskSpec
 from genrl_swarm.envd.protocol import Stats
 
 

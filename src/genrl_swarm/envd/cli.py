@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from genrl_swarm.agents.host import HostConfig
+from genrl_swarm.envd.host import HostConfig
 from genrl_swarm.envd.controller import EnvdConfig
 
 EXIT_CONFIG = 2

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 import grpc
 import msgspec
 
-from genrl_swarm.agents.errors import ERRORS, EnvError, EnvUnavailable
-from genrl_swarm.agents.types import Action, Reset, StepResult, TaskSpec
+from genrl_swarm.envd.errors import ERRORS, EnvError, EnvUnavailable
+from genrl_swarm.envd.types import Action, Reset, StepResult, TaskSpec
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.protocol import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, METHODS, SERVICE, STATUS, CloseRequest, Closed, Stats, StatsRequest, StepRequest
 

@@ -12,15 +12,15 @@ from typing import Annotated
 
 import msgspec
 
-from genrl_swarm.agents.errors import Failure
-from genrl_swarm.agents.types import Action, Reset, SessionId, StepResult, TaskSpec
+from genrl_swarm.envd.errors import Failure
+from genrl_swarm.envd.types import Action, Reset, SessionId, StepResult, TaskSpec
 
 SERVICE = "genrl.envd.Env"
 HELLO = b"ready"  # a worker's first frame, once its sandbox children are up
 MAX_REQUEST_BYTES = 128 << 10
 MAX_RESPONSE_BYTES = 1 << 20
 
-#: Error kind (agents.errors) -> gRPC status code name, and back.
+#: Error kind (envd.errors) -> gRPC status code name, and back.
 STATUS = {
     "invalid": "INVALID_ARGUMENT",
     "not_found": "NOT_FOUND",

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import msgspec
 
-from genrl_swarm.agents.errors import EnvError
+from genrl_swarm.envd.errors import EnvError
 from genrl_swarm.envd.controller import Controller, EnvdConfig
 from genrl_swarm.envd.protocol import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, METHODS, SERVICE, STATUS
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from genrl_swarm.agents.errors import EnvError, SessionLost
+from genrl_swarm.envd.errors import EnvError, SessionLost
 from genrl_swarm.sandbox.frames import FrameError, pack, read_frame
-from genrl_swarm.agents.host import HostConfig
+from genrl_swarm.envd.host import HostConfig
 from genrl_swarm.envd.protocol import HELLO, Frame, WorkerJob, WorkerReply
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from typing import Any
 from genrl_swarm.agents.chat import ChatRenderer
 from genrl_swarm.agents.episodes import replay, task_spec
 from genrl_swarm.agents.shared_env import shared_env
-from genrl_swarm.agents.tasks import TASKS
+from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.core import DataManager, Episode, RewardManager, Rollout, StageInput, Task
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.lm.models import SMOLLM2

@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from genrl_swarm.sandbox.frames import pack, read_frame
-from genrl_swarm.agents.jobs import EXIT_MEMORY, Job, Reply, SandboxDied, SandboxLimits
+from genrl_swarm.envd.jobs import EXIT_MEMORY, Job, Reply, SandboxDied, SandboxLimits
 from genrl_swarm.sandbox.kernel import process_cpu
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Child:
     @classmethod
     async def start(cls, limits: SandboxLimits, root: Path) -> Child:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "genrl_swarm.agents.sandbox", msgspec.json.encode(limits).decode(), str(root),
+            sys.executable, "-m", "genrl_swarm.envd.sandbox", msgspec.json.encode(limits).decode(), str(root),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert proc.stdout is not None

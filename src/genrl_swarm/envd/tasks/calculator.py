@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from genrl_swarm.agents.arith import MAX_CHARS, evaluate, show
-from genrl_swarm.agents.schema import Param, Tool
-from genrl_swarm.agents.tasks.base import Outcome, Setup, Task, same_answer
+from genrl_swarm.envd.tasks.arith import MAX_CHARS, evaluate, show
+from genrl_swarm.envd.schema import Param, Tool
+from genrl_swarm.envd.tasks.base import Outcome, Setup, Task, same_answer
 
 
 class Calculator(Task):

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from genrl_swarm.agents.schema import Param, Tool
-from genrl_swarm.agents.tasks.base import Outcome, Setup, Task, ToolFailure
+from genrl_swarm.envd.schema import Param, Tool
+from genrl_swarm.envd.tasks.base import Outcome, Setup, Task, ToolFailure
 
 MAX_KEYS = 64
 KEY = Param("string", "a key", max_length=64)

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from genrl_swarm.agents.types import MAX_ARGUMENTS, MAX_TEXT, Action, Answer, ToolCall, ToolError
+from genrl_swarm.envd.types import MAX_ARGUMENTS, MAX_TEXT, Action, Answer, ToolCall, ToolError
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"

@@ -19,12 +19,12 @@ from typing import Any
 
 import msgspec
 
-from genrl_swarm.agents.errors import EnvError, InvalidRequest, SessionNotFound
-from genrl_swarm.agents.jobs import CallJob, SandboxDied, SandboxLimits, SetupJob
-from genrl_swarm.agents.parsing import FORMAT_HINT
-from genrl_swarm.agents.sandbox_pool import SandboxPool
-from genrl_swarm.agents.tasks import DEFAULT_TASKS, TASKS, Task
-from genrl_swarm.agents.types import MAX_TEXT, Action, Answer, FinishReason, Limits, Message, Reset, StepResult, TaskSpec, ToolCall, ToolError
+from genrl_swarm.envd.errors import EnvError, InvalidRequest, SessionNotFound
+from genrl_swarm.envd.jobs import CallJob, SandboxDied, SandboxLimits, SetupJob
+from genrl_swarm.envd.parsing import FORMAT_HINT
+from genrl_swarm.envd.sandbox_pool import SandboxPool
+from genrl_swarm.envd.tasks import DEFAULT_TASKS, TASKS, Task
+from genrl_swarm.envd.types import MAX_TEXT, Action, Answer, FinishReason, Limits, Message, Reset, StepResult, TaskSpec, ToolCall, ToolError
 
 log = logging.getLogger(__name__)
 SYSTEM_PROMPT = f"You solve tasks with the tools you are given. {FORMAT_HINT} Call one tool per turn and read its result."

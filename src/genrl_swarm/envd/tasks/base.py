@@ -2,7 +2,7 @@
 
 The three methods run in different places on purpose. ``setup`` and ``call`` are task code
 that a model drives (its arguments, its queries): they run only in a sandboxed child process of
-an environment worker (``agents.sandbox``), never in the trainer. ``reward`` is a pure function
+an environment worker (``envd.sandbox``), never in the trainer. ``reward`` is a pure function
 of the ground truth and the final state, cheap and model-independent; the worker runs it.
 Tool code is a pure function of (arguments, state, scratch dir): state travels with each call,
 so a sandbox child that is killed loses nothing but the call it was running.
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from genrl_swarm.agents.schema import Tool
+from genrl_swarm.envd.schema import Tool
 
 
 class ToolFailure(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from genrl_swarm.agents.tasks.base import ToolFailure
+from genrl_swarm.envd.tasks.base import ToolFailure
 
 MAX_CHARS = 256
 MAX_DEPTH = 32

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genrl_swarm.agents.schema import Param, Tool
-from genrl_swarm.agents.tasks.base import Outcome, Setup, Task, same_answer
+from genrl_swarm.envd.schema import Param, Tool
+from genrl_swarm.envd.tasks.base import Outcome, Setup, Task, same_answer
 
 SECONDS = Param("number", "how long", minimum=0, maximum=3600)
 

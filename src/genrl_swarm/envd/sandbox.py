@@ -1,6 +1,6 @@
 """A sandboxed child process that runs task code (setups and tool calls) for one worker.
 
-Started by the worker (``python -m genrl_swarm.agents.sandbox '<limits json>' <scratch root>``),
+Started by the worker (``python -m genrl_swarm.envd.sandbox '<limits json>' <scratch root>``),
 it serves jobs over its stdin/stdout until end of input. Before the first job it applies the limits of ``genrl_swarm.sandbox.kernel`` (memory, files, processes, network, an audit
 hook; CPU time re-armed before every job, so SIGXCPU ends a spinning job), the same ones the
 scorer sandbox uses.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import msgspec
 
-from genrl_swarm.agents.jobs import EXIT_MEMORY, Job, Reply, SandboxLimits, SetupJob
-from genrl_swarm.agents.tasks import TASKS, ToolFailure
+from genrl_swarm.envd.jobs import EXIT_MEMORY, Job, Reply, SandboxLimits, SetupJob
+from genrl_swarm.envd.tasks import TASKS, ToolFailure
 from genrl_swarm.sandbox.frames import read_frame_blocking, write_frame_blocking
 from genrl_swarm.sandbox.kernel import SandboxViolation, arm_cpu, audit_hook, leave_network, set_limits
 

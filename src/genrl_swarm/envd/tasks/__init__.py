@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from genrl_swarm.agents.tasks.base import Outcome, Setup, Task, ToolFailure
-from genrl_swarm.agents.tasks.calculator import Calculator
-from genrl_swarm.agents.tasks.kvstore import KvStore
-from genrl_swarm.agents.tasks.probe import Probe
-from genrl_swarm.agents.tasks.sql import Sql
+from genrl_swarm.envd.tasks.base import Outcome, Setup, Task, ToolFailure
+from genrl_swarm.envd.tasks.calculator import Calculator
+from genrl_swarm.envd.tasks.kvstore import KvStore
+from genrl_swarm.envd.tasks.probe import Probe
+from genrl_swarm.envd.tasks.sql import Sql
 
 TASKS: dict[str, Task] = {t.name: t for t in (Calculator(), Sql(), KvStore(), Probe())}
 DEFAULT_TASKS: tuple[str, ...] = ("calculator", "sql", "kvstore")

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from genrl_swarm.agents.tasks.base import Outcome, Setup
+from genrl_swarm.envd.tasks.base import Outcome, Setup
 
 #: A child's exit code after a MemoryError: it leaves unanswered (its heap may be damaged).
 EXIT_MEMORY = 3

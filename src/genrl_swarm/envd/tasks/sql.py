@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from genrl_swarm.agents.schema import Param, Tool
-from genrl_swarm.agents.tasks.base import Outcome, Setup, Task, ToolFailure, same_answer
+from genrl_swarm.envd.schema import Param, Tool
+from genrl_swarm.envd.tasks.base import Outcome, Setup, Task, ToolFailure, same_answer
 
 DB = "task.db"
 FIRST = "Ada Ben Cleo Dev Eli Fay Gus Hana Ivo Jin Kai Lena Milo Nia Otto Pia Quin Rosa Sam Tess".split()
