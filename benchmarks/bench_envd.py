@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import table  # noqa: E402
 
-from genrl_swarm.agents import TaskSpec, ToolCall  # noqa: E402
+from genrl_swarm.envd import TaskSpec, ToolCall  # noqa: E402
 from genrl_swarm.envd.client import AsyncRemoteEnv  # noqa: E402
 
 
