@@ -92,7 +92,7 @@ def run_torch(world: int, iters: int) -> dict[str, list[float]]:
 
 def hivemind_peer(index: int, world: int, iters: int, initial: str | None) -> None:
     """One hivemind peer of the benchmark, in its own process; peer 0 prints the timings."""
-    from genrl_swarm.comm.hivemind_dht import HivemindBackend
+    from genrl_swarm.comm.hivemind.dht import HivemindBackend
 
     backend = HivemindBackend(initial_peers=[initial] if initial else [], swarm=f"bench{world}", max_bytes=16 << 20)
     print("MADDR", backend.visible_maddrs()[0], flush=True)

@@ -54,7 +54,7 @@ GROUPS: dict[str, Group] = {
     ),
     "comm": Group(
         ("src/genrl_swarm/comm/base.py", "src/genrl_swarm/comm/codec.py", "src/genrl_swarm/comm/memory.py",
-         "src/genrl_swarm/comm/null.py", "src/genrl_swarm/comm/hivemind_membership.py"),
+         "src/genrl_swarm/comm/null.py", "src/genrl_swarm/comm/hivemind/membership.py"),
         ("tests/test_exchange.py", "tests/test_codec.py", "tests/test_hostile.py", "tests/test_multipeer.py",
          "tests/test_comm_units.py"),
     ),
@@ -96,7 +96,7 @@ NOT_RUN = {
     "async_grpo/ (but buffer, staleness, config)": "Ray actors run in other processes, which mutmut's per-test coverage cannot see",
     "marl/*.py": "every test jit-compiles JAX programs (~35 s for the math tests alone); mutants x tests is days on 2 cores",
     "agents/ (but parsing, schema, arith, tasks)": "the sandbox, envd and training code run in worker processes or need the LM tests (minutes each)",
-    "comm/hivemind_*.py (but membership)": "each test starts p2pd daemons (seconds per test); mutants x tests is hours on 2 cores",
+    "comm/hivemind/*.py (but membership.py)": "each test starts p2pd daemons (seconds per test); mutants x tests is hours on 2 cores",
     "comm/torch_dist.py": "runs inside gloo worker processes that mutmut's per-test coverage cannot see",
 }
 
@@ -217,7 +217,7 @@ def table(codes: dict[str, int | None], equivalent: dict[str, str]) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--group", default=",".join(GROUPS), help=f"comma-separated, of {', '.join(GROUPS)}")
-    parser.add_argument("--only", help="one module of the group, e.g. comm/hivemind_membership.py")
+    parser.add_argument("--only", help="one module of the group, e.g. comm/hivemind/membership.py")
     parser.add_argument("--keep", action="store_true", help="reuse the work dir: mutmut re-runs only what changed")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()

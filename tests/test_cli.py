@@ -88,7 +88,7 @@ def test_swarm_is_the_hivemind_group_plus_its_flags(launched: list[dict[str, Any
     argv = ["swarm", "--recipe", "bandit", "--initial-peers", maddr, "--identity", identity, "communication.min_peers=1"]
     assert main(argv) == 0
     cfg = launched[0]["cfg"]
-    assert cfg.communication._target_ == "genrl_swarm.comm.hivemind_dht.HivemindBackend"
+    assert cfg.communication._target_ == "genrl_swarm.comm.hivemind.dht.HivemindBackend"
     assert list(cfg.communication.initial_peers) == [maddr] and cfg.communication.identity_path == identity
     assert cfg.communication.min_peers == 1 and cfg.swarm.num_peers == 1
 

@@ -181,7 +181,7 @@ def test_a_commitment_over_the_size_limit_is_dropped_unread() -> None:
     fits.commit(0, 0, b"y" * 100)
     result = me.exchange(0, 0, [], timeout=0.3, body_type=Echo)
     assert result.dropped[big.peer_id] == "commits to 101 bytes, over the limit of 100"
-    assert result.dropped[fits.peer_id] == "late: committed but revealed nothing before the deadline"
+    assert result.dropped[fits.peer_id] == "committed but revealed nothing before the deadline" and result.late == {fits.peer_id}
 
 
 def test_a_reveal_of_another_size_or_type_does_not_match(caplog: pytest.LogCaptureFixture) -> None:
@@ -317,9 +317,16 @@ def test_commitments_after_a_members_reveal_are_not_collected() -> None:
     swarm.post(0, 0, "commit", "early", b"1")
     swarm.post(0, 0, "reveal", "stranger", b"r")  # a stranger's reveal closes nothing
     swarm.post(0, 0, "commit", "middle", b"2")
-    swarm.post(0, 0, "reveal", "a", b"r", a._handle)
+    swarm.post(0, 0, "reveal", "a", b"r", a._handle)  # a member's reveal before its own commitment closes nothing
+    swarm.post(0, 0, "commit", "a", b"c", a._handle)
+    swarm.post(0, 0, "commit", "b4", b"3")
+    swarm.post(1, 0, "reveal", "a", b"r", a._handle)  # the next stage's reveal closes nothing here
+    assert list(swarm.collect(0, 0, "commit", timeout=0, wait_for=set())) == ["early", "middle", "a", "b4"]
+    swarm.post(0, 0, "reveal", "a", b"again", a._handle)  # write-once: its first reveal stays, closing nothing
+    a.swarm._boards[(0, 0, "reveal")].pop("a")
+    swarm.post(0, 0, "reveal", "a", b"r", a._handle)  # after its commitment: closes the window
     swarm.post(0, 0, "commit", "late", b"3")
-    assert list(swarm.collect(0, 0, "commit", timeout=0, wait_for=set())) == ["early", "middle"]
+    assert list(swarm.collect(0, 0, "commit", timeout=0, wait_for=set())) == ["early", "middle", "a", "b4"]
     assert set(swarm.collect(0, 1, "commit", timeout=0, wait_for=set())) == set()
 
 
@@ -348,8 +355,9 @@ def test_old_rounds_are_pruned_by_where_the_members_play() -> None:
     swarm, (a, b) = board("a", "b")
     for r in range(7):
         swarm.post(r, 1, "commit", "a", b"a", a._handle)
+    swarm.post(2, 0, "commit", "b", b"b", b._handle)
     swarm.post(2, 0, "reveal", "b", b"b", b._handle)
-    assert swarm._revealed == {(2, 0): 8}
+    assert swarm._revealed == {(2, 0): 9}
     swarm.post(6, 0, "commit", "b", b"b", b._handle)  # both members at round 6: rounds < 2 go
     assert sorted({s[0] for s in swarm._boards}) == [2, 3, 4, 5, 6]
     assert all(slot[0] >= 2 for slot, _ in swarm._posted) and (2, 0) in swarm._revealed
@@ -407,8 +415,8 @@ class FakeDHT:
 
 
 def membership(dht: FakeDHT, identity: Identity | None = None, liveness: float = 3.0, **kwargs: Any) -> Any:
-    from genrl_swarm.comm.hivemind_membership import Membership
-    from genrl_swarm.comm.hivemind_peers import AddressBook
+    from genrl_swarm.comm.hivemind.membership import Membership
+    from genrl_swarm.comm.hivemind.peers import AddressBook
 
     identity = identity or Identity.generate()
     args = {"swarm": "s", "maddrs": [f"/ip4/127.0.0.1/tcp/{i}/p2p/{identity.peer_id}" for i in range(10)],
@@ -419,11 +427,11 @@ def membership(dht: FakeDHT, identity: Identity | None = None, liveness: float =
 
 def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The membership module's log lines, whole: a check on a substring misses a changed message."""
-    return [r.getMessage() for r in caplog.records if r.name == "genrl_swarm.comm.hivemind_membership"]
+    return [r.getMessage() for r in caplog.records if r.name == "genrl_swarm.comm.hivemind.membership"]
 
 
 def test_membership_publishes_a_signed_record_others_can_read() -> None:
-    from genrl_swarm.comm.hivemind_members import members_key
+    from genrl_swarm.comm.hivemind.members import members_key
 
     dht = FakeDHT()
     a, b = membership(dht), membership(dht)
@@ -465,7 +473,7 @@ def test_a_refused_store_still_counts_as_published(caplog: pytest.LogCaptureFixt
     dht = FakeDHT()
     dht.accept = False
     a = membership(dht)
-    with caplog.at_level(logging.DEBUG, logger="genrl_swarm.comm.hivemind_membership"):
+    with caplog.at_level(logging.DEBUG, logger="genrl_swarm.comm.hivemind.membership"):
         a.publish()
     assert messages(caplog) == [f"{a.peer_id}: the DHT did not take this peer's membership record"] and a._published is not None
 
@@ -475,7 +483,7 @@ def test_refresh_logs_joins_and_departures_and_fills_the_address_book(caplog: py
     a, b, c = membership(dht), membership(dht), membership(dht)
     for m in (a, b, c):
         m.publish()
-    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
+    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind.membership"):
         a.refresh()
     assert set(a.live()) == {a.peer_id, b.peer_id, c.peer_id}
     assert sorted(messages(caplog)) == sorted(f"{a.peer_id}: peer {p.peer_id} joined (round 4)" for p in (b, c))
@@ -483,7 +491,7 @@ def test_refresh_logs_joins_and_departures_and_fills_the_address_book(caplog: py
     caplog.clear()
     b.publish(leaving=True)
     a.liveness = 0.0  # c is known from the earlier read, but not heard of since
-    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
+    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind.membership"):
         a.refresh()
     assert f"{a.peer_id}: peer {b.peer_id} left; no longer waited for" in messages(caplog)
     assert any(m.startswith(f"{a.peer_id}: peer {c.peer_id} stopped renewing its membership (last heard of ") for m in messages(caplog))
@@ -543,7 +551,7 @@ def test_a_failing_leave_announcement_is_only_logged(caplog: pytest.LogCaptureFi
     a = membership(dht, call_timeout=0.05)
     a.publish()
     dht.hang = True
-    with caplog.at_level(logging.DEBUG, logger="genrl_swarm.comm.hivemind_membership"):
+    with caplog.at_level(logging.DEBUG, logger="genrl_swarm.comm.hivemind.membership"):
         a.close()
     assert messages(caplog) == [f"{a.peer_id}: could not announce leaving: the DHT did not answer within 0.1s"]
 
@@ -561,7 +569,7 @@ def test_a_failing_pass_of_the_loop_is_retried(caplog: pytest.LogCaptureFixture)
     dht = FakeDHT()
     a = membership(dht, liveness=0.1, call_timeout=0.02)
     dht.hang = True
-    with caplog.at_level(logging.DEBUG, logger="genrl_swarm.comm.hivemind_membership"):
+    with caplog.at_level(logging.DEBUG, logger="genrl_swarm.comm.hivemind.membership"):
         a._thread.start()
         time.sleep(0.2)
         dht.hang = False
@@ -590,7 +598,7 @@ def test_a_stale_or_leaving_record_of_this_identity_does_not_block(caplog: pytes
     old = membership(dht, identity=me, liveness=0.3)
     old.publish()
     start = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
+    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind.membership"):
         membership(dht, identity=me, liveness=0.3)._check_identity_free()  # not renewed: waits it out
     assert 0.25 < time.monotonic() - start < 2
     (waited,) = messages(caplog)
@@ -634,7 +642,7 @@ def test_tick_renews_only_when_due_or_when_the_round_changed() -> None:
 
 
 def signed_record(who: Identity, issued: float, leaving: bool = False) -> Any:
-    from genrl_swarm.comm.hivemind_members import MemberRecord
+    from genrl_swarm.comm.hivemind.members import MemberRecord
 
     return MemberRecord("s", who.peer_id, 4, issued, issued + 3.0, (f"/ip4/127.0.0.1/tcp/1/p2p/{who.peer_id}",), 7, leaving)
 
@@ -644,7 +652,7 @@ def test_a_quiet_member_is_reported_with_when_it_was_last_heard_of(
     caplog: pytest.LogCaptureFixture, record_age: float, sighting_age: float | None, heard: float
 ) -> None:
     """Last heard of = the newer of its record and the last traffic seen from it."""
-    from genrl_swarm.comm.hivemind_members import MemberView
+    from genrl_swarm.comm.hivemind.members import MemberView
 
     b = Identity.generate()
     a = membership(FakeDHT(), liveness=3.0)
@@ -653,7 +661,7 @@ def test_a_quiet_member_is_reported_with_when_it_was_last_heard_of(
     a._alive_logged = frozenset({b.peer_id})
     if sighting_age is not None:
         a.sightings[b.peer_id] = now - sighting_age
-    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
+    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind.membership"):
         a.refresh()
     (line,) = messages(caplog)
     found = re.fullmatch(rf"{a.peer_id}: peer {b.peer_id} stopped renewing its membership \(last heard of (\d+\.\d)s ago\); no longer waited for", line)
@@ -661,13 +669,13 @@ def test_a_quiet_member_is_reported_with_when_it_was_last_heard_of(
 
 
 def test_a_member_forgotten_while_the_dht_was_unreachable_is_reported_without_an_age(caplog: pytest.LogCaptureFixture) -> None:
-    from genrl_swarm.comm.hivemind_members import MemberView
+    from genrl_swarm.comm.hivemind.members import MemberView
 
     b = Identity.generate()
     a = membership(FakeDHT(), liveness=0.1)  # forgotten after 60 s
     a.view = MemberView({b.peer_id: signed_record(b, time.time() - 60.5)})
     a._alive_logged = frozenset({b.peer_id})
-    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind_membership"):
+    with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind.membership"):
         a.refresh()
     assert messages(caplog) == [f"{a.peer_id}: peer {b.peer_id} stopped renewing its membership; no longer waited for"]
     assert a.view.records == {}

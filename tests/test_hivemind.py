@@ -30,10 +30,10 @@ from conftest import Echo, echo
 
 pytest.importorskip("hivemind")
 from genrl_swarm.comm.codec import Commitment, encode_signed  # noqa: E402
-from genrl_swarm.comm.hivemind_boot import IdentityLock  # noqa: E402
-from genrl_swarm.comm.hivemind_dht import HivemindBackend  # noqa: E402
-from genrl_swarm.comm.hivemind_members import MemberRecord, attested_round, members_key, open_member, seal  # noqa: E402
-from genrl_swarm.comm.hivemind_process import running  # noqa: E402
+from genrl_swarm.comm.hivemind.boot import IdentityLock  # noqa: E402
+from genrl_swarm.comm.hivemind.dht import HivemindBackend  # noqa: E402
+from genrl_swarm.comm.hivemind.members import MemberRecord, attested_round, members_key, open_member, seal  # noqa: E402
+from genrl_swarm.comm.hivemind.process import running  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
 LIVENESS = 1.5
@@ -150,7 +150,7 @@ def test_killed_peer_is_waited_for_only_until_its_liveness_expires(trio: tuple[H
     play(trio, 29)  # the victim starts at round 30: the trio must not look "behind" it
     script = (
         "import sys; sys.path.insert(0, sys.argv[4]); from conftest import Echo, echo\n"
-        "from genrl_swarm.core import Task\nfrom genrl_swarm.comm.hivemind_dht import HivemindBackend\n"
+        "from genrl_swarm.core import Task\nfrom genrl_swarm.comm.hivemind.dht import HivemindBackend\n"
         "peer = HivemindBackend(initial_peers=[sys.argv[1]], swarm='trio', liveness_timeout=float(sys.argv[2]))\n"
         "print(peer.peer_id, flush=True)\n"
         "for r in range(int(sys.argv[3]), 10**6):\n"
@@ -207,7 +207,7 @@ def test_dht_nodes_refuse_forged_and_replayed_member_records() -> None:
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils import MSGPackSerializer as S
 
-    from genrl_swarm.comm.hivemind_members import MemberValidator
+    from genrl_swarm.comm.hivemind.members import MemberValidator
 
     owner, other = Identity.generate(), Identity.generate()
     now = time.time()
@@ -230,7 +230,7 @@ def test_dht_pipe_takes_messages_larger_than_a_pipe_buffer() -> None:
     """hivemind's DHT process read its control pipe non-blocking and died on a 100 KB request."""
     from hivemind.utils import get_dht_time
 
-    from genrl_swarm.comm.hivemind_process import dht_class
+    from genrl_swarm.comm.hivemind.process import dht_class
 
     dht = dht_class()(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
     try:
@@ -405,7 +405,7 @@ def test_idle_streams_are_capped_per_peer_and_closed_quickly(monkeypatch: pytest
     a few streams at once, and a stream that does not ask for something within seconds is closed."""
     import asyncio
 
-    from genrl_swarm.comm import hivemind_streams as streams
+    from genrl_swarm.comm.hivemind import streams as streams
 
     monkeypatch.setattr(streams, "REQUEST_TIMEOUT", 0.2)
 
@@ -435,7 +435,7 @@ def test_idle_streams_are_capped_per_peer_and_closed_quickly(monkeypatch: pytest
 
 def test_a_failed_dial_back_names_a_copied_identity_or_an_unreachable_address() -> None:
     """hivemind's own message ("can't access this node ... firewall") is explained with both causes."""
-    from genrl_swarm.comm.hivemind_boot import explain
+    from genrl_swarm.comm.hivemind.boot import explain
 
     error = RuntimeError("Peer 12D3KooWabc can't access this node. Probably, libp2p has failed to bypass the firewall")
     text = explain(error, ["/ip4/127.0.0.1/tcp/1/p2p/12D3KooWx"], ["/ip4/127.0.0.1/tcp/0"], 30)

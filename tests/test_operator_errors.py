@@ -24,7 +24,7 @@ def test_a_bad_identity_file_is_an_identity_error_not_a_recipe_error(tmp_path: P
 
 def test_a_port_another_p2pd_holds_is_named() -> None:
     pytest.importorskip("hivemind")
-    from genrl_swarm.comm.hivemind_dht import HivemindBackend
+    from genrl_swarm.comm.hivemind.dht import HivemindBackend
 
     first = HivemindBackend(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
     try:

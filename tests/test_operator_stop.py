@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from genrl_swarm.comm.hivemind_process import children, running
+from genrl_swarm.comm.hivemind.process import children, running
 from genrl_swarm.games.bandit import SoftmaxPolicy
 from genrl_swarm.run.checkpoint import STATE_FILE, latest_checkpoint
 from genrl_swarm.run.metrics import MetricsLogger, read_metrics

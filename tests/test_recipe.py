@@ -66,7 +66,7 @@ def test_communication_and_coordinator_groups(bandit_recipe) -> None:
     assert alone["communication"]["_target_"] == "genrl_swarm.comm.NullBackend"
     dht = resolve(bandit_recipe("communication=hivemind", "communication.min_peers=3"))
     validate(dht)
-    assert dht["communication"]["_target_"] == "genrl_swarm.comm.hivemind_dht.HivemindBackend"
+    assert dht["communication"]["_target_"] == "genrl_swarm.comm.hivemind.dht.HivemindBackend"
     assert dht["communication"]["min_peers"] == 3 and dht["communication"]["initial_peers"] == []
     chain = resolve(bandit_recipe("coordinator=evm"))
     validate(chain)

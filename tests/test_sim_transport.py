@@ -18,8 +18,8 @@ from genrl_swarm.sim import pull as sim_pull
 from genrl_swarm.sim.population import FORGE, HONEST, Population
 
 hivemind = pytest.importorskip("hivemind")  # bound: the peers below are hivemind processes
-from genrl_swarm.comm.hivemind_dht import HivemindBackend  # noqa: E402
-from genrl_swarm.comm.hivemind_process import kill_all, p2pd_of  # noqa: E402
+from genrl_swarm.comm.hivemind.dht import HivemindBackend  # noqa: E402
+from genrl_swarm.comm.hivemind.process import kill_all, p2pd_of  # noqa: E402
 from test_hivemind import backend, play, wait_until  # noqa: E402
 
 SWARM = "agree"

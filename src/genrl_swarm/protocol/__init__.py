@@ -2,7 +2,7 @@
 quorum catch-up, the checks a commitment and a reveal must pass, and the books kept on senders.
 
 Nothing here opens a socket, starts a thread or reads a clock: time is an argument. The HiveMind
-transport (``comm.hivemind_dht``) and the simulator (``genrl_swarm.sim``) both drive these
+transport (``comm.hivemind.dht``) and the simulator (``genrl_swarm.sim``) both drive these
 functions, so what the simulator measures at 10,000 peers is the logic that runs for real.
 The functions that the simulator calls for every pair of peers take numpy arrays (one row per
 pair); the transport calls the same functions with the rows of one peer.

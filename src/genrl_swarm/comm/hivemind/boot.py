@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.comm.hivemind_process import LOCK_FDS, dht_class, kill_all, p2pd_of
+from genrl_swarm.comm.hivemind.process import LOCK_FDS, dht_class, kill_all, p2pd_of
 from genrl_swarm.core.identity import Identity, IdentityError
 
 log = logging.getLogger(__name__)

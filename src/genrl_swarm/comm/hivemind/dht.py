@@ -3,10 +3,10 @@
 * **Identity.** The peer's libp2p key is its swarm ``Identity`` (an Ed25519 key file p2pd reads),
   so the stream-authenticated peer id is the id every signature is checked under.
 * **Membership** lives on the DHT as small signed records, renewed and expiring after
-  ``liveness_timeout`` (``hivemind_membership``). An exchange waits for the members alive now, not
+  ``liveness_timeout`` (``membership.py``). An exchange waits for the members alive now, not
   for a fixed count: a peer that stops renewing stops being waited for.
 * **Payloads** never touch the DHT: each peer serves its bytes per (round, stage, phase) from a
-  libp2p stream handler and pulls everyone else's concurrently (``hivemind_streams``).
+  libp2p stream handler and pulls everyone else's concurrently (``streams.py``).
 * **Deadlines.** Every DHT and P2P call has one; if the DHT process or p2pd dies, ``exchange``
   raises SwarmFailure within its timeout, and ``close()`` frees the identity lock.
 * **Catch-up** (``swarm_round``) follows only a round a quorum of live members' signed records
@@ -30,13 +30,13 @@ from typing import Any
 from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, MAX_RECORD_BYTES
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.comm.hivemind_boot import NEW_PEER, PeerIdentity, check_multiaddrs, initial_peers_from_env, start_dht
-from genrl_swarm.comm.hivemind_loop import LoopThread
-from genrl_swarm.comm.hivemind_members import MAX_LIFETIME, MemberValidator, attested_round
-from genrl_swarm.comm.hivemind_membership import Membership
-from genrl_swarm.comm.hivemind_peers import AddressBook
-from genrl_swarm.comm.hivemind_process import kill_all, p2pd_of, running
-from genrl_swarm.comm.hivemind_streams import Puller, SlotStore, serve, serve_unary
+from genrl_swarm.comm.hivemind.boot import NEW_PEER, PeerIdentity, check_multiaddrs, initial_peers_from_env, start_dht
+from genrl_swarm.comm.hivemind.loop import LoopThread
+from genrl_swarm.comm.hivemind.members import MAX_LIFETIME, MemberValidator, attested_round
+from genrl_swarm.comm.hivemind.membership import Membership
+from genrl_swarm.comm.hivemind.peers import AddressBook
+from genrl_swarm.comm.hivemind.process import kill_all, p2pd_of, running
+from genrl_swarm.comm.hivemind.streams import Puller, SlotStore, serve, serve_unary
 from genrl_swarm.core.trust import LATE_WINDOW
 from genrl_swarm.protocol import Plan, Strategy, make_strategy
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.comm.hivemind_boot import NEW_PEER
-from genrl_swarm.comm.hivemind_members import MemberRecord, MemberView, members_key, merge, open_member, seal
-from genrl_swarm.comm.hivemind_peers import AddressBook
+from genrl_swarm.comm.hivemind.boot import NEW_PEER
+from genrl_swarm.comm.hivemind.members import MemberRecord, MemberView, members_key, merge, open_member, seal
+from genrl_swarm.comm.hivemind.peers import AddressBook
 from genrl_swarm.core.identity import Identity
 
 log = logging.getLogger(__name__)
