@@ -48,9 +48,16 @@ class RawExchange:
 
 
 class ByteBackend(Communication):
+    """What the launcher asks of a transport, each with a default: ``in_process`` and ``spawn``
+    (how many peers this process hosts), ``rank``, ``announce()`` and ``resume_at()``. A new
+    transport overrides only what it has; the launcher never probes for attributes."""
+
     #: True for backends whose whole swarm lives in this process (in-memory, null): under
     #: torchrun the launcher swaps them for the torch backend, one peer per rank.
     in_process: ClassVar[bool] = False
+    #: This peer's number for ``${peer.rank}``/``${peer.seed}``: a torchrun rank, a number drawn
+    #: from a DHT peer's id. None: the launcher numbers the peers it hosts (``swarm.rank + i``).
+    rank: int | None = None
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, identity: Identity | None = None, swarm: str = "genrl-swarm") -> None:
         self.codec = Codec(max_bytes)
@@ -65,7 +72,7 @@ class ByteBackend(Communication):
         self.quarantined: frozenset[str] = frozenset()
 
     @classmethod
-    def spawn(cls, num_peers: int, **kwargs: Any) -> list[Communication]:
+    def spawn(cls, num_peers: int, **kwargs: Any) -> list[ByteBackend]:
         """Create the peers this process hosts. One, unless the backend is in-process."""
         if num_peers != 1:
             raise ValueError(f"{cls.__name__} hosts one peer per process (swarm.num_peers={num_peers})")
@@ -80,6 +87,15 @@ class ByteBackend(Communication):
 
     def claim_account(self, account: str) -> None:
         self.account = account
+
+    def announce(self) -> str | None:
+        """The arguments another peer starts with to join this one (printed once this peer is
+        up), or None where joining needs nothing from this peer."""
+        return None
+
+    def resume_at(self, round: int) -> None:
+        """This peer resumes from a checkpoint at ``round``: a transport that bounds catch-up
+        jumps counts them from here, not from round 0."""
 
     def verify(self, sender: str, message: bytes, signature: bytes) -> bool:
         return verify_key(self.keys.get(sender) or public_key_of(sender), message, signature)

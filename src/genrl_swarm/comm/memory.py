@@ -17,7 +17,6 @@ from typing import Any
 from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES
 from genrl_swarm.core.identity import Identity
-from genrl_swarm.core.interfaces import Communication
 
 Slot = tuple[int, int, str]  # round, stage, phase
 
@@ -126,7 +125,7 @@ class InMemoryBackend(ByteBackend):
         self.keys = swarm.keys  # members' keys, as they announced them on joining
 
     @classmethod
-    def spawn(cls, num_peers: int, **kwargs: Any) -> list[Communication]:
+    def spawn(cls, num_peers: int, **kwargs: Any) -> list[ByteBackend]:
         swarm = InMemorySwarm()
         return [cls(swarm, f"peer-{i}", **kwargs) for i in range(num_peers)]
 

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, MAX_RECORD_BYTES
 from genrl_swarm.comm.errors import SwarmFailure
+from genrl_swarm.comm.torchrun import under_torchrun
 from genrl_swarm.core.identity import Identity, public_key_of
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,6 @@ log = logging.getLogger(__name__)
 COMMIT_CAP = MAX_RECORD_BYTES + 256
 KEY_BYTES = 32
 MAX_PEER_ID_BYTES = 128
-
-
-def under_torchrun() -> bool:
-    """True in a process started by torchrun (or with the same environment set by hand)."""
-    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
 
 
 @dataclass(frozen=True)

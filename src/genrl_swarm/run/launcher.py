@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from genrl_swarm.comm.base import ByteBackend
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.comm.torch_dist import under_torchrun
+from genrl_swarm.comm.torchrun import under_torchrun
 from genrl_swarm.config import (
     RecipeError,
     RunConfig,
@@ -34,7 +34,7 @@ from genrl_swarm.config import (
     validate,
 )
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
-from genrl_swarm.core.interfaces import Communication, Coordinator
+from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.identity import IdentityError
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import RoundResult
@@ -86,8 +86,8 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     except (ValueError, TypeError) as e:  # a constructor's own check, e.g. max_bytes <= 0
         raise RecipeError(f"communication: {e}") from e
     for comm in comms:
-        if hasattr(comm, "visible_maddrs"):
-            print(f"peer {comm.peer_id} is up; others join with: --initial-peers {comm.visible_maddrs()[0]}", file=stream, flush=True)
+        if (joining := comm.announce()) is not None:
+            print(f"peer {comm.peer_id} is up; others join with: {joining}", file=stream, flush=True)
     coord_cls = import_target(spec["coordinator"]["_target_"], "coordinator._target_")
     shared = instantiate(spec["coordinator"], "coordinator") if getattr(coord_cls, "shared_per_process", True) else None
     table = ConsoleTable([c.peer_id for c in comms], game.max_rounds, stream) if run.console else None
@@ -95,7 +95,7 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     managers: list[GameManager] = []
     try:
         for i, comm in enumerate(comms):
-            rank = getattr(comm, "rank", swarm.rank + i)
+            rank = swarm.rank + i if comm.rank is None else comm.rank
             managers.append(_build_peer(cfg, comm, rank, game=game, trust=trust, run=run, shared=shared, table=table, existing=existing))
     except BaseException:  # a peer that cannot start: free what the others hold (directories, ports)
         for m in managers:
@@ -112,7 +112,7 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
 
 def _build_peer(
     cfg: DictConfig,
-    comm: Communication,
+    comm: ByteBackend,
     rank: int,
     *,
     game: GameConfig,
@@ -136,7 +136,7 @@ def _build_peer(
 
 
 def _build_game(
-    cfg: DictConfig, comm: Communication, rank: int, directory: Path, *, game: GameConfig, trust: TrustConfig, run: RunConfig, shared: Coordinator | None, resume: bool
+    cfg: DictConfig, comm: ByteBackend, rank: int, directory: Path, *, game: GameConfig, trust: TrustConfig, run: RunConfig, shared: Coordinator | None, resume: bool
 ) -> GameManager:
     spec = resolve(cfg, rank)
     coordinator: Coordinator = shared or instantiate(spec["coordinator"], "coordinator")  # per peer: its own account
@@ -151,8 +151,7 @@ def _build_game(
         coordinator.register(comm.peer_id)
         coordinator.restore(comm.peer_id, float(saved.get("cumulative_reward", 0.0)), int(saved.get("wins", 0)))
         manager.start_round, carried = checkpoint[0] + 1, saved.get(ROW_KEY)
-        if hasattr(comm, "resume_at"):  # the transport counts catch-up jumps from here, not round 0
-            comm.resume_at(manager.start_round)
+        comm.resume_at(manager.start_round)  # the transport counts catch-up jumps from here, not round 0
         log.info("%s resumes from %s at round %d (cumulative reward %.3f)", comm.peer_id, checkpoint[1], manager.start_round, saved.get("cumulative_reward", 0.0))
     elif resume:
         log.info("%s: no checkpoint in %s, starting at round 0", comm.peer_id, directory / "checkpoints")
@@ -221,7 +220,8 @@ def run_recipe(cfg: DictConfig, resume: bool = False, stream: TextIO | None = No
     managers, run = build_managers(cfg, resume, stream, overwrite)
     signals = StopSignals(functools.partial(stop_all, managers), stream)
     results = run_managers(managers, stream, keep_results, signals)
-    first_rank = getattr(managers[0].comm, "rank", 0) == 0  # under torchrun one rank draws, not all at once
+    comm = managers[0].comm  # a ByteBackend: build_managers requires one
+    first_rank = not isinstance(comm, ByteBackend) or comm.rank in (None, 0)  # under torchrun one rank draws, not all at once
     plot = plot_rewards(Path(run.dir)) if run.plot and first_rank else None
     interrupted = any(m.interrupted for m in managers)
     return RunSummary(Path(run.dir), results, dict(managers[0].coordinator.standings()), plot, interrupted, signals.received)

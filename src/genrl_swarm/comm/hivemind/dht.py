@@ -157,6 +157,9 @@ class HivemindBackend(ByteBackend):
     def visible_maddrs(self) -> list[str]:
         return list(self._maddrs)
 
+    def announce(self) -> str:
+        return f"--initial-peers {self._maddrs[0]}"
+
     def _own_round(self) -> int:
         return self.round
 
