@@ -181,7 +181,7 @@ def test_a_commitment_over_the_size_limit_is_dropped_unread() -> None:
     fits.commit(0, 0, b"y" * 100)
     result = me.exchange(0, 0, [], timeout=0.3, body_type=Echo)
     assert result.dropped[big.peer_id] == "commits to 101 bytes, over the limit of 100"
-    assert result.dropped[fits.peer_id] == "committed but revealed nothing before the deadline" and result.late == {fits.peer_id}
+    assert result.dropped[fits.peer_id] == "late: committed but revealed nothing before the deadline" and result.late == {fits.peer_id}
 
 
 def test_a_reveal_of_another_size_or_type_does_not_match(caplog: pytest.LogCaptureFixture) -> None:

@@ -125,9 +125,12 @@ def test_tie_break_is_pinned_and_changes_with_the_round() -> None:
     assert tie_break(8, "peer-1") != tie_break(7, "peer-1")
 
 
-def test_drop_defaults_to_refused_and_only_payload_budget_cpu_are_hard() -> None:
-    assert Drop("p", 0, None, "why").kind == "refused"
-    assert Drop.HARD == frozenset({"payload", "budget", "cpu"})
+def test_drop_defaults_to_refused_and_only_provable_kinds_are_hard() -> None:
+    from genrl_swarm.core.types import DropKind
+
+    assert Drop("p", 0, None, "why").kind is DropKind.REFUSED and Drop("p", 0, None, "why", "late").kind is DropKind.LATE
+    assert {k for k in DropKind if k.hard} == {DropKind.PAYLOAD, DropKind.EQUIVOCATION, DropKind.BUDGET, DropKind.CPU}
+    assert {k for k in DropKind if k.counted} == {DropKind.REFUSED, DropKind.SCORING}  # late, copy, view: never
 
 
 # --------------------------------------------------------------------------- round results
@@ -208,7 +211,7 @@ def test_a_body_built_for_another_stage_is_refused() -> None:
     stage1 = game.stage_inputs(state, 1)
     stale = echo(stage0[0], "a")  # a stage-0 body replayed in stage 1: same task, other digest
     drops = state.record(1, stage1, {"me": [echo(i, "a") for i in stage1], "p": [stale]})
-    assert [(d.peer_id, d.stage, d.task_id, d.kind) for d in drops] == [("p", 1, stale.task_id, "refused")]
+    assert [(d.peer_id, d.stage, d.task_id, d.kind) for d in drops] == [("p", 1, stale.task_id, "view")]  # dropped, never counted
     assert drops[0].reason == f"answers input {stage0[0].digest}, this peer built {stage1[0].digest} for task {stale.task_id}"
     assert state.select(stage=1, peer="p") == []
 
@@ -436,7 +439,7 @@ def hard(peer: str, kind: str = "payload") -> Drop:
     return Drop(peer, 0, None, "unreadable", kind)
 
 
-@pytest.mark.parametrize("kind", sorted(Drop.HARD))
+@pytest.mark.parametrize("kind", ["payload", "equivocation", "budget", "cpu"])
 def test_a_hard_drop_quarantines_from_the_next_round_for_quarantine_rounds(kind: str) -> None:
     book = SenderBook(TrustConfig(quarantine_rounds=3), "me")
     assert book.close_round(5, [hard("bad", kind), hard("bad", kind)]) == {"bad": f"{kind}: unreadable"}
@@ -461,12 +464,13 @@ def test_copies_never_quarantine_and_this_peer_is_never_counted() -> None:
     assert book.counters() == {"trust/dropped_copy": 20.0}
 
 
-def test_late_twice_within_the_window_quarantines_and_once_does_not() -> None:
-    late = Drop("slow", 0, None, "late: no commitment", "late")
-    book = SenderBook(TrustConfig(), "me")
+def test_lateness_is_remembered_within_the_window_and_never_quarantines() -> None:
+    late = Drop("slow", 0, None, "no commitment", "late")
+    book = SenderBook(TrustConfig(max_soft_drops=0), "me")
     assert LATE_WINDOW == 4
     assert book.close_round(0, [late, late, late]) == {}  # one round, however many stages
-    assert book.close_round(3, [late]) == {"slow": "late in rounds [0, 3] (2 of the last 4 quarantine)"}
+    assert book.close_round(3, [late]) == {} and book.close_round(4, [late] * 20) == {}  # before: quarantined in round 3
+    assert book.late == {"slow": {3, 4}}
     far = SenderBook(TrustConfig(), "me")
     assert far.close_round(0, [late]) == {} and far.close_round(4, [late]) == {}  # round 0 left the window
     assert far.late == {"slow": {4}}

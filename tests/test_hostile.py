@@ -172,15 +172,16 @@ def test_a_copier_cannot_swap_its_commitment_or_commit_after_a_member_revealed()
     assert sorted(out.received) == ["a", "b", "c"]
 
 
-def test_a_silent_member_is_dropped_as_late_and_quarantined_while_honest_peers_are_never_late() -> None:
+def test_a_silent_member_is_late_never_quarantined_and_waited_for_once_per_window() -> None:
     comms = InMemoryBackend.spawn(3)
     silent = comms.pop()  # joined, never plays
-    results = play(comms, [RecordingGame([]), RecordingGame([])], rounds=4, timeout=0.6)
+    results = play(comms, [RecordingGame([]), RecordingGame([])], rounds=4, timeout=2.0)
     for rounds in results.values():
         assert all(sorted(r.rewards) == ["peer-0", "peer-1"] for r in rounds)
-        assert all(set(r.dropped) <= {silent.peer_id} for r in rounds)  # honest peers never late
-        assert rounds[0].dropped == {silent.peer_id: 1} and rounds[1].dropped == {silent.peer_id: 1}
-        assert rounds[2].dropped == {} and rounds[2].metrics["trust/quarantined"] == 1  # not waited for
+        assert all(r.dropped == {silent.peer_id: 1} for r in rounds)  # honest peers never late
+        assert all(r.metrics["trust/quarantined"] == 0 for r in rounds)  # lateness is a difference of view
+        waits = [r.metrics["time/exchange_s0"] for r in rounds]
+        assert waits[0] >= 1.4 and max(waits[1:]) < 1.0, waits  # full commit wait once, then FRESH_SHARE (0.2 s)
 
 
 class RaisesOnText(RecordingGame):
@@ -284,11 +285,9 @@ def test_quarantine_ends_after_its_rounds() -> None:
     assert [bool(book.quarantined(r)) for r in (6, 7, 8)] == [True, True, False]
     soft = [Drop("lagging", 0, f"t{i}", "refused") for i in range(8)]
     assert not book.close_round(5, soft)  # an honest peer's bad stage is not a quarantine
-    late = Drop("slow", 0, None, "late: committed but revealed nothing", "late")
-    assert not book.close_round(5, [late] * 50)  # one round: it may have died mid-exchange
-    assert book.close_round(6, [late]) and "slow" in book.quarantined(7)  # twice running: on purpose
-    skipper = Drop("skipper", 0, None, "late: committed but revealed nothing", "late")
-    assert not book.close_round(10, [skipper]) and book.close_round(12, [skipper])  # every other round too
+    late = Drop("slow", 0, None, "committed but revealed nothing", "late")
+    assert not book.close_round(5, [late] * 50) and not book.close_round(6, [late])  # lateness never quarantines
+    assert "slow" not in book.quarantined(7) and book.late["slow"] == {5, 6}  # remembered: not waited for
     copies = [Drop("framed", 0, f"t{i}", "identical to ...", "copy") for i in range(50)]
     assert not book.close_round(13, copies)  # copies may be a framing: never a quarantine
 

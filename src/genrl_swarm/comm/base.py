@@ -10,6 +10,18 @@ One exchange is two phases through the transport:
 2. **reveal**: each peer publishes its payload. A payload counts only if its sender committed
    to exactly these bytes in phase 1, so nobody can re-send a payload it saw revealed as its
    own, and the order of commitments says who produced identical content first.
+
+Signed commitments are also what later stages refer to: a payload carries the commitments of
+the earlier payloads its inputs were built from (``Envelope.basis``). Every commitment this peer
+sees, in a phase or passed on, is remembered for a few rounds; two validly signed ones by one
+sender for one (round, stage) that differ are a proof of equivocation, which this peer acts on
+and passes on (``Envelope.evidence``).
+
+Waiting: the reveal phase waits the full deadline only for committers that are members (as the
+transport knows them) and were not late in the last ``LATE_WINDOW`` rounds; others (fresh ids,
+recent stallers) get ``FRESH_SHARE`` of the timeout, so a stream of new ids that commit and never
+reveal costs at most that short wait per stage, and a member that stalls costs one full wait per
+``LATE_WINDOW`` rounds. A transport's start gate (``ready``) runs before the deadline starts.
 """
 
 from __future__ import annotations
@@ -18,14 +30,16 @@ import hashlib
 import logging
 import time
 from abc import abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, PayloadError, encode_signed, open_commitment
-from genrl_swarm.core.bodies import Body
+from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, PayloadError, encode_signed, open_commitment, read_commitment
+from genrl_swarm.core.bodies import MAX_EVIDENCE, Body, Envelope
 from genrl_swarm.core.identity import Identity, public_key_of, verify_key
-from genrl_swarm.core.interfaces import LATE, Communication, ExchangeResult
+from genrl_swarm.core.interfaces import Communication, ExchangeResult
+from genrl_swarm.core.trust import LATE_WINDOW
+from genrl_swarm.core.types import Ref
 
 log = logging.getLogger(__name__)
 Phase = Literal["commit", "reveal"]
@@ -34,6 +48,11 @@ Phase = Literal["commit", "reveal"]
 #: Share of an exchange's timeout kept for the reveal phase: a member that never commits must
 #: not eat the whole deadline and make honest peers' reveals look late.
 REVEAL_SHARE = 0.25
+#: Share of an exchange's timeout a committer that is not an established, punctual member is
+#: waited for in the reveal phase (what a fresh id that never reveals can cost a stage).
+FRESH_SHARE = 0.1
+#: Rounds signed commitments are remembered: for references from later stages and for proofs.
+KEEP_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,12 @@ class ByteBackend(Communication):
         self.dropped_total = 0  # bad payloads over this backend's life
         #: Senders this peer quarantines this exchange: transports do not wait for them.
         self.quarantined: frozenset[str] = frozenset()
+        #: (round, stage, sender) -> (payload sha256, signed commitment): every commitment seen.
+        self._records: dict[tuple[int, int, str], tuple[bytes, bytes]] = {}
+        #: sender -> (round, two of its signed commitments for one (round, stage) that differ).
+        self.proofs: dict[str, tuple[int, bytes, bytes]] = {}
+        self._late: dict[str, int] = {}  # sender -> last round it was late in (no commitment, or no reveal)
+        self.fresh_wait = 0.0  # seconds FRESH_SHARE of the current exchange's timeout is
 
     @classmethod
     def spawn(cls, num_peers: int, **kwargs: Any) -> list[ByteBackend]:
@@ -97,6 +122,19 @@ class ByteBackend(Communication):
         """This peer resumes from a checkpoint at ``round``: a transport that bounds catch-up
         jumps counts them from here, not from round 0."""
 
+    def ready(self) -> None:
+        """Called before an exchange's deadline starts: a transport's start gate (wait for
+        ``min_peers`` before the first round) belongs here, so it never eats an exchange's time."""
+
+    def is_member(self, peer: str) -> bool:
+        """Whether ``peer`` holds an established membership on this transport (worth the full
+        wait). Transports that only pull from members they know say True."""
+        return True
+
+    def punctual(self, peer: str, round: int) -> bool:
+        """An established member not late in the last ``LATE_WINDOW`` rounds: worth the full wait."""
+        return self.is_member(peer) and self._late.get(peer, -LATE_WINDOW - 1) < round - LATE_WINDOW
+
     def verify(self, sender: str, message: bytes, signature: bytes) -> bool:
         return verify_key(self.keys.get(sender) or public_key_of(sender), message, signature)
 
@@ -108,23 +146,40 @@ class ByteBackend(Communication):
         timeout: float,
         body_type: type[Body] = Body,
         ignore: Collection[str] = frozenset(),
+        basis: Sequence[Ref] = (),
     ) -> ExchangeResult:
+        self.ready()
         deadline = time.monotonic() + timeout
-        self.quarantined = frozenset(ignore)
-        payload = self.codec.encode(self.peer_id, round, stage, bodies)
+        self.quarantined, self.fresh_wait = frozenset(ignore), FRESH_SHARE * timeout
+        self._forget(round)
+        known = [self._records.get((round, ref.stage, ref.sender)) for ref in basis]
+        refs = [blob for ref, rec in zip(basis, known) if rec is not None and rec[0].hex() == ref.digest for blob in (rec[1],)]
+        evidence = [blob for _, a, b in list(self.proofs.values())[-(MAX_EVIDENCE // 2) :] for blob in (a, b)]
+        payload = self.codec.encode(self.peer_id, round, stage, bodies, refs, evidence)
         mine = Commitment(self.swarm_id, round, stage, self.peer_id, hashlib.sha256(payload).digest(), len(payload), self.account)
         dropped: dict[str, str] = {}
+        proven = set(self.proofs)
         commits = self._commitments(mine, deadline - REVEAL_SHARE * timeout, dropped)
-        reveal = self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), frozenset(commits) | {self.peer_id})
+        reveal = self._reveal(round, stage, payload, commits, deadline)
         received: dict[str, tuple[Body, ...]] = {}
+        bases: dict[str, tuple[Ref, ...]] = {}
+        late: set[str] = {p for p, why in dropped.items() if why == NO_COMMITMENT}
         for sender in commits:  # commitment order: who produced identical content first
             if sender == self.peer_id:
-                received[sender] = tuple(bodies)
+                received[sender], bases[sender] = tuple(bodies), tuple(sorted(basis))
                 continue
             try:
-                received[sender] = self._open(reveal.payloads.get(sender), commits[sender], body_type)
+                envelope = self._open(reveal.payloads.get(sender), commits[sender], body_type)
+                bases[sender] = self._references(envelope)
+                received[sender] = tuple(envelope.bodies)
             except PayloadError as e:
                 dropped[sender] = str(e)
+                if sender not in reveal.payloads:
+                    late.add(sender)
+                    self._late[sender] = round
+        equivocators = {p: f"signed two commitments for r{r}: {_short(a)} and {_short(b)}" for p, (r, a, b) in self.proofs.items() if p not in proven}
+        for sender in equivocators:
+            received.pop(sender, None)
         for sender, why in dropped.items():
             log.warning("%s dropped payload from %s (r%d/s%d): %s", self.peer_id, sender, round, stage, why)
         self.dropped_total += len(dropped)
@@ -134,14 +189,66 @@ class ByteBackend(Communication):
             reveal.expected,
             sizes={s: c.size for s, c in commits.items()},
             accounts={s: c.account for s, c in commits.items() if c.account},
+            late=frozenset(late),
+            digests={s: c.digest.hex() for s, c in commits.items() if s in received},
+            bases={s: b for s, b in bases.items() if s in received},
+            equivocators=equivocators,
         )
+
+    def _reveal(self, round: int, stage: int, payload: bytes, commits: Mapping[str, Commitment], deadline: float) -> RawExchange:
+        """Reveal; collect the committers' payloads: all of them for at most ``fresh_wait``
+        seconds, then only the established, punctual members (see the module's docstring)."""
+        committed = set(commits) | {self.peer_id}
+        first = self._exchange_bytes(round, stage, "reveal", payload, min(self.fresh_wait, _left(deadline)), committed)
+        waited = {p for p in committed - first.payloads.keys() if self.punctual(p, round)}
+        if not waited or _left(deadline) <= 0:
+            return first
+        rest = self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), waited | {self.peer_id})
+        return RawExchange({**first.payloads, **rest.payloads}, first.expected)
+
+    def _references(self, envelope: Envelope[Any]) -> tuple[Ref, ...]:
+        """The earlier payloads a sender's inputs were built from, each signed commitment checked
+        (a forged one, or one for another swarm, round or a later stage, is provable: the payload
+        is dropped); evidence it passes on is remembered (equivocation proofs follow)."""
+        refs = []
+        for blob in envelope.basis:
+            record = read_commitment(blob, self.verify)
+            if (record.swarm, record.round) != (self.swarm_id, envelope.round) or record.stage >= envelope.stage:
+                raise PayloadError(f"its basis names {record.sender[:64]} r{record.round}/s{record.stage}, not an earlier stage of r{envelope.round}")
+            self._remember(record, blob)
+            refs.append(Ref(record.stage, record.sender, record.digest.hex()))
+        for blob in envelope.evidence:
+            record = read_commitment(blob, self.verify)
+            if record.swarm == self.swarm_id:
+                self._remember(record, blob)
+        return tuple(sorted(set(refs)))
+
+    def _remember(self, record: Commitment, blob: bytes) -> None:
+        """Keep a validly signed commitment; a second one for the same (round, stage, sender)
+        with another digest is a proof of equivocation."""
+        key = (record.round, record.stage, record.sender)
+        seen = self._records.setdefault(key, (record.digest, blob))
+        if seen[0] != record.digest and record.sender not in self.proofs:
+            self.proofs[record.sender] = (record.round, seen[1], blob)
+            log.warning("%s: %s signed two commitments for r%d/s%d (equivocation)", self.peer_id, record.sender, record.round, record.stage)
+
+    def _forget(self, round: int) -> None:
+        for key in [k for k in self._records if k[0] < round - KEEP_ROUNDS]:
+            del self._records[key]
+        for peer in [p for p, proof in self.proofs.items() if proof[0] < round - KEEP_ROUNDS]:
+            del self.proofs[peer]
+        for peer in [p for p, r in self._late.items() if r < round - LATE_WINDOW]:
+            del self._late[peer]
 
     def _commitments(self, mine: Commitment, deadline: float, dropped: dict[str, str]) -> dict[str, Commitment]:
         """Publish ``mine``; every valid commitment for its (round, stage), this peer's own first.
         Quarantined senders are skipped unread; a forged, replayed or oversized one is dropped."""
         round, stage = mine.round, mine.stage
-        raw = self._exchange_bytes(round, stage, "commit", encode_signed("commit", mine, self.identity.sign), _left(deadline))
-        dropped.update({peer: f"{LATE} no commitment before the deadline" for peer in raw.missing - self.quarantined})
+        signed = encode_signed("commit", mine, self.identity.sign)
+        self._remember(mine, signed)
+        raw = self._exchange_bytes(round, stage, "commit", signed, _left(deadline))
+        dropped.update(dict.fromkeys(raw.missing - self.quarantined, NO_COMMITMENT))
+        self._late.update(dict.fromkeys(raw.missing - self.quarantined, round))
         commits: dict[str, Commitment] = {self.peer_id: mine}
         for sender, blob in raw.payloads.items():
             if sender in self.quarantined or sender == self.peer_id:
@@ -156,12 +263,13 @@ class ByteBackend(Communication):
             except PayloadError as e:
                 dropped[sender] = str(e)
                 continue
+            self._remember(record, blob)
             commits[sender] = record
         return commits
 
-    def _open(self, blob: Any, commitment: Commitment, body_type: type[Body]) -> tuple[Body, ...]:
+    def _open(self, blob: Any, commitment: Commitment, body_type: type[Body]) -> Envelope[Any]:
         if blob is None:
-            raise PayloadError(f"{LATE} committed but revealed nothing before the deadline")
+            raise PayloadError("late: committed but revealed nothing before the deadline")
         if not isinstance(blob, bytes) or len(blob) != commitment.size or hashlib.sha256(blob).digest() != commitment.digest:
             raise PayloadError("revealed payload does not match its commitment")
         envelope = self.codec.decode(blob, body_type)
@@ -170,8 +278,15 @@ class ByteBackend(Communication):
                 f"envelope says {envelope.sender} r{envelope.round}/s{envelope.stage}, its commitment "
                 f"{commitment.sender} r{commitment.round}/s{commitment.stage}"
             )
-        return tuple(envelope.bodies)
+        return envelope
+
+
+NO_COMMITMENT = "late: no commitment before the deadline"  # a sentence for people; the kind is ExchangeResult.late
 
 
 def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.0)
+
+
+def _short(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()[:12]

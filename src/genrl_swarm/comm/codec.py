@@ -37,9 +37,11 @@ class Codec:
         self._encoder = msgspec.msgpack.Encoder()
         self._decoders: dict[type[Body], Any] = {}
 
-    def encode(self, sender: str, round: int, stage: int, bodies: Sequence[Body]) -> bytes:
+    def encode(
+        self, sender: str, round: int, stage: int, bodies: Sequence[Body], basis: Sequence[bytes] = (), evidence: Sequence[bytes] = ()
+    ) -> bytes:
         try:
-            data = self._encoder.encode(Envelope(FORMAT_VERSION, sender, round, stage, tuple(bodies)))
+            data = self._encoder.encode(Envelope(FORMAT_VERSION, sender, round, stage, tuple(bodies), tuple(basis), tuple(evidence)))
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as e:
             raise PayloadError(f"cannot encode bodies of {sender} r{round}/s{stage}: {e}") from e
         if len(data) > self.max_bytes:
@@ -101,6 +103,20 @@ def signed_message(kind: str, record: bytes) -> bytes:
 def encode_signed(kind: Literal["commit"], record: msgspec.Struct, sign: Any) -> bytes:
     raw = msgspec.msgpack.encode(record)
     return msgspec.msgpack.encode(Signed(kind, raw, sign(signed_message(kind, raw))))
+
+
+def read_commitment(data: bytes, verify_as: Any) -> Commitment:
+    """A commitment another peer passed on (a basis or evidence entry): parsed first, since only
+    its record names whose key checks it, then ``verify_as(sender, message, signature)``. Both
+    are bounded (``MAX_RECORD_BYTES``); every failure is a PayloadError."""
+    try:
+        signed = _signed_decoder.decode(data)
+        record = _commitment_decoder.decode(signed.record)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
+        raise PayloadError(f"bad signed commitment: {str(e)[:200]}") from e
+    if not verify_as(record.sender, signed_message(signed.kind, signed.record), signed.signature):
+        raise PayloadError(f"a passed-on commitment of {record.sender[:64]} does not verify under its id")
+    return record
 
 
 def open_commitment(data: bytes, verify: Any) -> Commitment:

@@ -45,6 +45,9 @@ class InMemorySwarm:
         with self._cond:
             if peer_id in self.members:
                 raise ValueError(f"peer id {peer_id!r} is already in this swarm")
+            for slot in self._slots_of.pop(peer_id, []):  # a stranger's posts under this id before it joined
+                self._boards.get(slot, {}).pop(peer_id, None)
+                self._posted.pop((slot, peer_id), None)
             self.members.add(peer_id)
             self.keys[peer_id] = public_key
             handle = self._handles[peer_id] = object()
@@ -68,8 +71,8 @@ class InMemorySwarm:
             if sender in board:  # write-once: a commitment cannot be swapped after others revealed
                 return
             self._seq += 1
-            if phase == "reveal" and sender in self.members:  # strangers cannot close the commit phase
-                self._revealed.setdefault((round, stage), self._seq)
+            if phase == "reveal" and sender in self.members and sender in self._boards.get((round, stage, "commit"), {}):
+                self._revealed.setdefault((round, stage), self._seq)  # strangers, and reveals before a commit, close nothing
             self._posted[(slot, sender)] = self._seq
             self._slots_of[sender].append(slot)
             board[sender] = data
@@ -133,12 +136,22 @@ class InMemoryBackend(ByteBackend):
     def peer_id(self) -> str:
         return self._peer_id
 
+    def is_member(self, peer: str) -> bool:
+        return peer in self.swarm.members
+
     def _exchange_bytes(
         self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None
     ) -> RawExchange:
         self.swarm.post(round, stage, phase, self.peer_id, data, self._handle)
         wanted = set(self.swarm.members if wait_for is None else wait_for) - self.quarantined
-        got = self.swarm.collect(round, stage, phase, timeout, wanted)
+        if phase == "commit":  # members late lately get the short wait (as committers at the reveal)
+            deadline = time.monotonic() + timeout
+            got = self.swarm.collect(round, stage, phase, min(timeout, self.fresh_wait), wanted)
+            waited = {p for p in wanted - got.keys() if self.punctual(p, round)}
+            if waited:
+                got = self.swarm.collect(round, stage, phase, max(deadline - time.monotonic(), 0.0), waited)
+        else:
+            got = self.swarm.collect(round, stage, phase, timeout, wanted)
         missing = frozenset(wanted - got.keys() - {self.peer_id}) if phase == "commit" else frozenset()
         return RawExchange(got, expected=len(self.swarm.members - self.quarantined), missing=missing)
 

@@ -248,12 +248,26 @@ class Trajectory(Body, frozen=True, tag="trajectory"):
 B = TypeVar("B", bound=Body)
 
 
+#: Earlier-stage payloads a later-stage input may be built from (the prompt's answer list is bounded too).
+MAX_BASIS = 64
+#: Signed commitments one payload may carry as evidence of others' equivocation (pairs).
+MAX_EVIDENCE = 16
+#: A signed commitment record and its signature (comm.codec.MAX_RECORD_BYTES plus framing).
+SignedRecord = Annotated[bytes, msgspec.Meta(max_length=2304)]
+
+
 class Envelope(msgspec.Struct, Generic[B], frozen=True, forbid_unknown_fields=True):
     """The unit on the wire: one peer's bodies for one (round, stage). Decoded as
-    ``Envelope[GameBody]``: a body of another type is a schema error, not a surprise later."""
+    ``Envelope[GameBody]``: a body of another type is a schema error, not a surprise later.
+
+    ``basis``: the signed commitments of the earlier-stage payloads (this round) the sender built
+    this stage's inputs from, so a receiver holding them rebuilds the same inputs; ``evidence``:
+    pairs of signed commitments by one sender for one (round, stage) that differ (equivocation)."""
 
     version: int
     sender: Id
     round: Annotated[int, msgspec.Meta(ge=0)]
     stage: Annotated[int, msgspec.Meta(ge=0, le=1024)]
     bodies: Annotated[tuple[B, ...], msgspec.Meta(max_length=4096)]
+    basis: Annotated[tuple[SignedRecord, ...], msgspec.Meta(max_length=MAX_BASIS)] = ()
+    evidence: Annotated[tuple[SignedRecord, ...], msgspec.Meta(max_length=MAX_EVIDENCE)] = ()

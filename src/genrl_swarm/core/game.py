@@ -24,7 +24,6 @@ from genrl_swarm.core.bodies import Body
 from genrl_swarm.core.interfaces import (
     Communication,
     Coordinator,
-    LATE,
     DataManager,
     ExchangeResult,
     Learner,
@@ -34,7 +33,7 @@ from genrl_swarm.core.interfaces import (
 )
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.trust import SenderBook, TrustConfig
-from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput
+from genrl_swarm.core.types import Drop, DropKind, Ref, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput, tie_break
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +49,10 @@ class GameConfig:
     eval_every: int = 0  # rounds between evaluations in train_and_evaluate; 0 = at the end only
     exchange_timeout: float = 30.0  # seconds each exchange may wait for the swarm
     max_jump: int = 10  # rounds a peer that fell behind may skip at once on the transport's word
+    #: Senders whose earlier answers a later-stage input is built from: this peer and the others
+    #: first by ``tie_break`` (a hash every peer computes alike), so the prompt stays bounded and
+    #: peers that received the same payloads build the same inputs.
+    max_sources: int = 16
 
     def __post_init__(self) -> None:
         for name, ok, rule in (
@@ -57,6 +60,7 @@ class GameConfig:
             ("max_rounds", self.max_rounds >= 0, ">= 0"),
             ("eval_every", self.eval_every >= 0, ">= 0"),
             ("max_jump", self.max_jump >= 0, ">= 0"),
+            ("max_sources", 1 <= self.max_sources <= 64, "between 1 and 64"),
             ("exchange_timeout", 0 < self.exchange_timeout < 1e7, "> 0 and finite"),
         ):
             if not ok:
@@ -129,14 +133,16 @@ class GameManager:
         state.set_tasks(self.data.tasks_for(r, self.peer_id))
         per_stage, budget = self.config.train_every == "stage", self.book.config.cpu_budget
         for s in range(self.config.num_stages):
-            inputs = self._stage_inputs(state, s)
+            inputs, basis = self._stage_inputs(state, s)
             with _timed(metrics, f"time/generate_s{s}"):
                 bodies = self._act(inputs, s)
             with _timed(metrics, f"time/exchange_s{s}"):
-                exchange, received = self._exchange(state, r, s, bodies)
+                exchange, received = self._exchange(state, r, s, bodies, basis)
+            mark = len(state.drops)
+            rebuilt = self._rebuild(state, s, basis, exchange, received)
             tasks_of = functools.partial(self.data.tasks_for, r) if self.data.per_peer and s == 0 else None
-            refused = state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of)
-            metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(refused)}
+            state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of, rebuilt)
+            metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(state.drops) - mark}
             _fire(self.hooks.after_stage, self, state, s, exchange)
             if per_stage:
                 stage_rewards = self.reward.score_state(state, s, budget)
@@ -160,38 +166,94 @@ class GameManager:
         _fire(self.hooks.after_round, self, result)
         return result
 
-    def _exchange(self, state: GameState, r: int, s: int, bodies: Sequence[Body]) -> tuple[ExchangeResult, dict[str, tuple[Body, ...]]]:
-        """Send this stage's bodies; what the swarm sent, minus payloads dropped by the backend
-        and senders over their budgets (each drop recorded in ``state``)."""
+    def _exchange(
+        self, state: GameState, r: int, s: int, bodies: Sequence[Body], basis: Sequence[Ref]
+    ) -> tuple[ExchangeResult, dict[str, tuple[Body, ...]]]:
+        """Send this stage's bodies; what the swarm sent, minus payloads dropped by the backend,
+        proven equivocators and senders over their budgets (each drop recorded in ``state``)."""
         body_type, quarantined = self.policy.body_type, self.book.quarantined(r)
-        exchange = self.comm.exchange(r, s, bodies, self.config.exchange_timeout, body_type, quarantined)
+        exchange = self.comm.exchange(r, s, bodies, self.config.exchange_timeout, body_type, quarantined, basis)
         self._check_stop()
         self.coordinator.learn_accounts(exchange.accounts)
-        drops = [Drop(peer, s, None, why, "late" if why.startswith(LATE) else "payload") for peer, why in exchange.dropped.items()]
+        drops = [Drop(p, s, None, why, DropKind.LATE if p in exchange.late else DropKind.PAYLOAD) for p, why in exchange.dropped.items()]
+        drops += [Drop(p, s, None, why, DropKind.EQUIVOCATION) for p, why in exchange.equivocators.items()]
         drops += self.book.over_budget(s, exchange.received, exchange.sizes)
         state.drops.extend(drops)
         over = {d.peer_id for d in drops}
-        return exchange, {peer: b for peer, b in exchange.received.items() if peer not in over}
+        received = {peer: b for peer, b in exchange.received.items() if peer not in over}
+        state.sources[s] = {p: d for p, d in exchange.digests.items() if p in received}
+        return exchange, received
 
-    def _stage_inputs(self, state: GameState, stage: int) -> list[StageInput]:
-        """``data.stage_inputs``, isolated per sender: if building later-stage inputs fails on
-        the swarm's rollouts, each sender is tried alone with this peer's own; those it fails
-        on are dropped from the round and the inputs are built without them."""
+    def _rebuild(
+        self, state: GameState, s: int, basis: tuple[Ref, ...], exchange: ExchangeResult, received: dict[str, tuple[Body, ...]]
+    ) -> dict[str, dict[str, StageInput]]:
+        """Later stages: the inputs of each sender that built them from other earlier payloads
+        than this peer, rebuilt from the payloads it named. A sender naming payloads this peer
+        does not hold as named (it received others, or none) differs in view: its bodies are
+        dropped for this stage, never counted against it."""
+        if s == 0:
+            return {}
+        rebuilt: dict[str, dict[str, StageInput]] = {}
+        cache: dict[tuple[Ref, ...], dict[str, StageInput] | str] = {}
+        for peer in [p for p in received if p != self.peer_id]:
+            refs = exchange.bases.get(peer, ())
+            if refs == basis:
+                continue
+            if refs not in cache:
+                cache[refs] = self._inputs_from(state, s, refs)
+            inputs = cache[refs]
+            if isinstance(inputs, str):
+                state.drops.append(Drop(peer, s, None, inputs, DropKind.VIEW))
+                del received[peer]
+                state.sources[s].pop(peer, None)
+            else:
+                rebuilt[peer] = inputs
+        return rebuilt
+
+    def _inputs_from(self, state: GameState, s: int, refs: tuple[Ref, ...]) -> dict[str, StageInput] | str:
+        """Stage-``s`` inputs built from exactly ``refs``; why not, when this peer cannot."""
+        missing = [r for r in refs if state.sources.get(r.stage, {}).get(r.sender) != r.digest]
+        if missing:
+            named = ", ".join(f"{r.sender[:16]} s{r.stage}" for r in missing[:3])
+            return f"its stage-{s} inputs are built from {len(missing)} payload(s) this peer does not hold as named ({named})"
         try:
-            return self.data.stage_inputs(state, stage)
+            return {i.task_id: i for i in self.data.stage_inputs(state.view(refs), s)}
+        except Exception as e:  # noqa: BLE001 - game code on a combination of others' payloads
+            return f"building its stage-{s} inputs failed here: {type(e).__name__}: {e}"
+
+    def _sources(self, state: GameState, stage: int) -> tuple[Ref, ...]:
+        """The earlier payloads this peer builds stage ``stage``'s inputs from: its own and those
+        of the first ``max_sources - 1`` other senders of stage 0 by ``tie_break``."""
+        others = sorted({x.peer_id for x in state.select(stage=0)} - {self.peer_id}, key=lambda p: tie_break(state.round, p))
+        return state.refs(stage, [self.peer_id, *others[: self.config.max_sources - 1]])
+
+    def _stage_inputs(self, state: GameState, stage: int) -> tuple[list[StageInput], tuple[Ref, ...]]:
+        """``data.stage_inputs`` and the earlier payloads they are built from (``_sources``),
+        isolated per sender: if building later-stage inputs fails on the swarm's rollouts, each
+        sender is tried alone with this peer's own; those it fails on are dropped from the round
+        and the inputs are built without them."""
+        if stage == 0:
+            return self.data.stage_inputs(state, 0), ()
+        basis = self._sources(state, stage)
+        try:
+            return self.data.stage_inputs(state.view(basis), stage), basis
         except Exception as error:  # noqa: BLE001 - retried per sender below; re-raised if it is ours
-            everyone, culprits = state.rollouts, []
-            for peer in [p for p in state.peers() if p != self.peer_id]:
-                state.rollouts = [x for x in everyone if x.peer_id in (peer, self.peer_id)]
+            culprits = []
+            for peer in sorted({r.sender for r in basis} - {self.peer_id}):
                 try:
-                    self.data.stage_inputs(state, stage)
+                    self.data.stage_inputs(state.view([r for r in basis if r.sender in (peer, self.peer_id)]), stage)
                 except Exception as e:  # noqa: BLE001 - this sender's bodies break game code
-                    culprits.append(Drop(peer, stage, None, f"building stage-{stage} inputs failed: {type(e).__name__}: {e}", "scoring"))
-            state.rollouts = [x for x in everyone if x.peer_id not in {d.peer_id for d in culprits}]
+                    culprits.append(Drop(peer, stage, None, f"building stage-{stage} inputs failed: {type(e).__name__}: {e}", DropKind.SCORING))
             if not culprits:
                 raise error
+            bad = {d.peer_id for d in culprits}
+            state.rollouts = [x for x in state.rollouts if x.peer_id not in bad]
+            for by in state.sources.values():
+                for peer in bad:
+                    by.pop(peer, None)
             state.drops.extend(culprits)
-            return self.data.stage_inputs(state, stage)
+            basis = self._sources(state, stage)
+            return self.data.stage_inputs(state.view(basis), stage), basis
 
     def stop(self) -> None:
         """Ask this peer to stop soon (from another thread): the current act or exchange ends

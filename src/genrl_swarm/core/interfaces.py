@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from genrl_swarm.core.bodies import Body
 from genrl_swarm.core.meter import CutOff, metered
 from genrl_swarm.core.state import GameState
-from genrl_swarm.core.types import Drop, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput, Task
+from genrl_swarm.core.types import Drop, DropKind, Ref, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput, Task
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class RewardManager(ABC):
         for r in state.select(stage=stage):
             own = r.peer_id == state.peer_id
             if not own and spent[r.peer_id] > cpu_budget:
-                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring its bodies took over {cpu_budget:.2f}s of CPU", "cpu"))
+                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring its bodies took over {cpu_budget:.2f}s of CPU", DropKind.CPU))
                 continue
             start = time.thread_time()
             with metered(r.peer_id, math.inf if own else cpu_budget - spent[r.peer_id]) as elsewhere:
@@ -96,7 +96,7 @@ class RewardManager(ABC):
                 except Exception as e:  # noqa: BLE001 - isolated per sender, see docstring
                     if own and not isinstance(e, CutOff):
                         raise
-                    state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}", "scoring"))
+                    state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}", DropKind.SCORING))
                     log.warning("%s: scoring %s's body failed (%s); dropped", state.peer_id, r.peer_id, e)
                     continue
                 finally:
@@ -174,21 +174,26 @@ class Learner(ABC):
         return policy
 
 
-#: How a backend's drop reason starts when a member sent no commitment, or committed and then
-#: revealed nothing, in time: failures an honest peer can cause (slow, or dead), so they quarantine
-#: only when repeated (``SenderBook``).
-LATE = "late:"
-
-
 @dataclass(frozen=True)
 class ExchangeResult:
-    """Outcome of one exchange: who answered, who was dropped and why."""
+    """Outcome of one exchange: who answered, who was dropped and why.
+
+    ``late``: the dropped senders that sent no commitment, or revealed nothing, in time (a
+    difference of view, never held against them); the other drops are provable. ``digests``:
+    the payload each received sender committed to (hex sha256), what a later stage's ``Ref``
+    names; ``bases``: the earlier payloads each sender says its inputs were built from, their
+    signed commitments verified; ``equivocators``: senders proven to have signed two
+    commitments for one (round, stage), with the proof described."""
 
     received: dict[str, tuple[Body, ...]]  # peer id -> bodies, own included, in commitment order
     dropped: dict[str, str] = field(default_factory=dict)  # sender -> reason
     expected: int | None = None  # peers the backend waited for, when it knows
     sizes: dict[str, int] = field(default_factory=dict)  # sender -> payload bytes it committed to
     accounts: dict[str, str] = field(default_factory=dict)  # sender -> chain account it signed
+    late: frozenset[str] = frozenset()
+    digests: dict[str, str] = field(default_factory=dict)
+    bases: dict[str, tuple[Ref, ...]] = field(default_factory=dict)
+    equivocators: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         want = "?" if self.expected is None else str(self.expected)
@@ -212,10 +217,13 @@ class Communication(ABC):
         timeout: float,
         body_type: type[Body] = Body,
         ignore: Collection[str] = frozenset(),
+        basis: Sequence[Ref] = (),
     ) -> ExchangeResult:
         """Send ``bodies``; return what the swarm sent for the same (round, stage), decoded as
         ``body_type``. Returns by ``timeout`` seconds with whatever arrived; never raises on a
-        peer's bad or missing payload. Senders in ``ignore`` (quarantined) are not read."""
+        peer's bad or missing payload. Senders in ``ignore`` (quarantined) are not read.
+        ``basis``: the earlier payloads of this round this stage's inputs were built from (sent
+        with their signed commitments, so receivers can rebuild the inputs)."""
 
     def claim_account(self, account: str) -> None:
         """Sign ``account`` (this peer's chain account) into what this peer publishes, so peers

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genrl_swarm.core.bodies import Body
-from genrl_swarm.core.types import Drop, Rollout, StageInput, Task
+from genrl_swarm.core.types import Drop, DropKind, Ref, Rollout, StageInput, Task
 
 #: (body, the input this peer built for its task) -> a reason to refuse it, or None.
 Check = Callable[[Body, StageInput], "str | None"]
@@ -31,6 +31,8 @@ class GameState:
     refused, with why; ``copies`` every body identical to one an earlier sender committed to:
     de-duplicated (trained on and credited once, as the first), never a drop against its
     sender, since converged honest peers sampling deterministically produce them too.
+    ``sources`` names, per stage, the payload (sha256 hex) each recorded sender committed to:
+    what a later stage's ``Ref`` points at.
     """
 
     round: int
@@ -40,6 +42,7 @@ class GameState:
     rollouts: list[Rollout[Any]] = field(default_factory=list)
     drops: list[Drop] = field(default_factory=list)
     copies: list[Drop] = field(default_factory=list)
+    sources: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def set_tasks(self, tasks: Iterable[Task]) -> None:
         self.tasks = {t.id: t for t in tasks}
@@ -53,6 +56,7 @@ class GameState:
         derive: Derive | None = None,
         cpu_budget: float = math.inf,
         tasks_of: TasksOf | None = None,
+        rebuilt: Mapping[str, Mapping[str, StageInput]] | None = None,
     ) -> list[Drop]:
         """Store a stage: the inputs shown locally, and each peer's bodies (own included) that
         answer one of *those* inputs. A body for an unknown task, for an input other than the
@@ -63,7 +67,11 @@ class GameState:
         bodies take more than ``cpu_budget`` seconds of this thread's CPU to check and derive
         loses the rest of them. With ``tasks_of`` (per-peer questions, stage 0) a sender's bodies
         answer *its* tasks, which this peer rebuilds (on the sender's CPU budget) and adds to
-        ``tasks`` and ``inputs`` for the bodies it keeps."""
+        ``tasks`` and ``inputs`` for the bodies it keeps. With ``rebuilt`` (later stages) a
+        sender whose inputs were built from other earlier payloads than this peer's answers the
+        inputs this peer rebuilt from them (kept on each ``Rollout.input``); a later-stage body
+        for another input than the one this peer holds is a difference of view (``DropKind.VIEW``),
+        since what went into a later input depends on what each peer received."""
         mine = {i.task_id: i for i in inputs}
         self.inputs[stage] = dict(mine)
         dropped: list[Drop] = []
@@ -73,6 +81,7 @@ class GameState:
             start = time.thread_time()
             theirs = {t.id: t for t in tasks_of(peer)} if tasks_of is not None and peer != self.peer_id else None
             allowed = mine if theirs is None else {i: t.input(stage) for i, t in theirs.items()}
+            allowed = (rebuilt or {}).get(peer, allowed)
             if len(bodies) > len(inputs):  # one body per task at most: the rest is never looked at
                 why = f"{len(bodies)} bodies for {len(inputs)} tasks; the {len(bodies) - len(inputs)} extra were not read"
                 dropped.append(Drop(peer, stage, None, why))
@@ -80,46 +89,69 @@ class GameState:
             for i, body in enumerate(bodies):
                 if peer != self.peer_id and time.thread_time() - start > cpu_budget:
                     why = f"checking its bodies took over {cpu_budget:.2f}s of CPU; {len(bodies) - i} left unread"
-                    dropped.append(Drop(peer, stage, None, why, "cpu"))
+                    dropped.append(Drop(peer, stage, None, why, DropKind.CPU))
                     break
                 try:
-                    reason, kind = self._refusal(stage, body, seen, check, allowed, "this peer's" if theirs is None else "the sender's"), "refused"
+                    reason, kind = self._refusal(stage, body, seen, check, allowed, "this peer's" if theirs is None else "the sender's")
                     seen.add(body.task_id)  # a refused body still uses up its task: no retries
                     key = body.content_key() if reason is None else None
                     if key is not None and producers.setdefault((body.task_id, key), peer) != peer:
-                        reason, kind = f"identical to the body {producers[(body.task_id, key)]} committed to first", "copy"
+                        reason, kind = f"identical to the body {producers[(body.task_id, key)]} committed to first", DropKind.COPY
                     texts = tuple(derive(body)) if derive is not None and reason is None else ()
                 except Exception as e:  # noqa: BLE001 - game code (check, texts) on a stranger's body
                     if peer == self.peer_id:
                         raise
-                    reason, kind = f"checking it failed: {type(e).__name__}: {e}", "scoring"
+                    reason, kind = f"checking it failed: {type(e).__name__}: {e}", DropKind.SCORING
                 if reason is not None:
-                    (self.copies if kind == "copy" else dropped).append(Drop(peer, stage, body.task_id, reason, kind))
+                    (self.copies if kind is DropKind.COPY else dropped).append(Drop(peer, stage, body.task_id, reason, kind))
                     continue
                 if theirs is not None:
                     self.tasks.setdefault(body.task_id, theirs[body.task_id])
                     self.inputs[stage].setdefault(body.task_id, allowed[body.task_id])
-                self.rollouts.append(Rollout(peer, self.round, stage, body, texts))
+                own = mine.get(body.task_id)
+                answered = allowed[body.task_id] if theirs is None and (own is None or own.digest != body.input_digest) else None
+                self.rollouts.append(Rollout(peer, self.round, stage, body, texts, answered))
         self.drops.extend(dropped)
         return dropped
 
-    def _refusal(self, stage: int, body: Body, seen: set[str], check: Check | None, allowed: Mapping[str, StageInput], whose: str) -> str | None:
+    def _refusal(
+        self, stage: int, body: Body, seen: set[str], check: Check | None, allowed: Mapping[str, StageInput], whose: str
+    ) -> tuple[str | None, DropKind]:
         own = allowed.get(body.task_id)
         if own is None:
-            return f"task {body.task_id} is not one of {whose} stage-{stage} tasks"
+            return f"task {body.task_id} is not one of {whose} stage-{stage} tasks", DropKind.REFUSED
         if body.task_id in seen:
-            return f"a second body for task {body.task_id}"
-        if body.input_digest != own.digest:
-            return f"answers input {body.input_digest}, this peer built {own.digest} for task {body.task_id}"
-        return check(body, own) if check is not None else None
+            return f"a second body for task {body.task_id}", DropKind.REFUSED
+        if body.input_digest != own.digest:  # stage 0 is the round's tasks, alike on every honest peer
+            why = f"answers input {body.input_digest}, this peer built {own.digest} for task {body.task_id}"
+            return why, DropKind.REFUSED if stage == 0 else DropKind.VIEW
+        return (check(body, own) if check is not None else None), DropKind.REFUSED
 
     @property
     def stages(self) -> list[int]:
         return sorted(self.inputs)
 
     def input_for(self, rollout: Rollout[Any]) -> StageInput:
-        """The input this peer built for the rollout's task and stage (what it is scored against)."""
-        return self.inputs[rollout.stage][rollout.task_id]
+        """The input the rollout answered (what it is scored against): this peer's own for its
+        task and stage, or the one it rebuilt from the earlier payloads the sender named."""
+        return rollout.input if rollout.input is not None else self.inputs[rollout.stage][rollout.task_id]
+
+    def refs(self, stage: int, senders: Iterable[str]) -> tuple[Ref, ...]:
+        """The earlier payloads (stages before ``stage``) of ``senders`` this peer recorded."""
+        wanted = set(senders)
+        return tuple(sorted(Ref(s, p, d) for s, by in self.sources.items() if s < stage for p, d in by.items() if p in wanted))
+
+    def view(self, refs: Iterable[Ref]) -> GameState:
+        """This state as a peer that recorded exactly the payloads ``refs`` names would see it
+        (earlier stages only): what later-stage inputs are built from, on the sender and on
+        every receiver rebuilding them. Shares the tasks and inputs (read-only there)."""
+        named = {(r.stage, r.sender, r.digest) for r in refs}
+        keep = [x for x in self.rollouts if (x.stage, x.peer_id, self.sources.get(x.stage, {}).get(x.peer_id)) in named]
+        return GameState(self.round, self.peer_id, self.tasks, self.inputs, keep, [], [], self.sources)
+
+    def holds(self, refs: Iterable[Ref]) -> bool:
+        """Whether this peer recorded every payload ``refs`` names, exactly as named."""
+        return all(self.sources.get(r.stage, {}).get(r.sender) == r.digest for r in refs)
 
     def select(self, stage: int | None = None, task: str | None = None, peer: str | None = None) -> list[Rollout[Any]]:
         return [

@@ -2,10 +2,13 @@
 
 Every peer's payload is checked, but checks cost time; a sender that sends too much, or keeps
 sending what fails them, is quarantined: its payloads are not read at all for a few rounds.
-Hard violations (forged or unreadable payloads, budget overruns) quarantine at once; soft ones
-(bodies the round's checks refuse, game code failing on them, copies) only when they pile up,
-because an honest peer can have one bad stage (a different view of a stage); lateness (no
-commitment, or none revealed) in 2 of the last 4 rounds makes others wait out deadlines on purpose.
+One rule per ``DropKind`` (``kind.hard``, ``kind.counted``): what is provable against the sender
+(forged or unreadable payloads, invalid signed references, equivocation, budget overruns)
+quarantines at once; checks every honest peer reproduces alike (refused bodies, game code failing
+on them) only when they pile up; differences of view never count: lateness (timing, load), copies
+(converged honest peers produce them), and later-stage inputs built from payloads this peer does
+not hold. Lateness is remembered (``late``) so exchanges ask late senders last and stop waiting
+for them (``comm.base``), which bounds what a staller costs without framing a slow honest peer.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from genrl_swarm.core.bodies import Body
-from genrl_swarm.core.types import Drop
+from genrl_swarm.core.types import Drop, DropKind
 
 log = logging.getLogger(__name__)
-#: A sender late (no commitment, or no reveal) in 2 of this many rounds is quarantined: makes
-#: every honest peer wait out deadlines on purpose, even if it skips rounds in between.
+#: Rounds a sender's lateness (no commitment, or no reveal, in time) is remembered: it is asked
+#: last and not waited for meanwhile. Lateness never quarantines: load and clocks differ by peer.
 LATE_WINDOW = 4
 #: A sender neither quarantined nor dropped for this many rounds is forgotten (its per-sender
 #: entries pruned; the totals by kind stay): fresh ids cost this peer bounded memory.
@@ -35,7 +38,7 @@ class TrustConfig:
     max_bytes: int = 2 << 20  # payload bytes (on top of the backend's own max_bytes)
     max_units: int = 1 << 20  # tokens / steps / samples its bodies hold (Body.units)
     cpu_budget: float = 2.0  # seconds of this peer's CPU to check, derive and score its bodies
-    max_soft_drops: int = 8  # refused / failing / copied bodies per round before quarantine
+    max_soft_drops: int = 8  # refused / failing bodies per round before quarantine
     quarantine_rounds: int = 3  # rounds a quarantined sender is not read
 
     def __post_init__(self) -> None:
@@ -56,10 +59,10 @@ class SenderBook:
     me: str = ""
     until: dict[str, int] = field(default_factory=dict)  # sender -> first round it is read again
     reasons: dict[str, str] = field(default_factory=dict)
-    drops: Counter[tuple[str, str]] = field(default_factory=Counter)  # (sender, kind) -> count, all rounds
+    drops: Counter[tuple[str, DropKind]] = field(default_factory=Counter)  # (sender, kind) -> count, all rounds
     late: dict[str, set[int]] = field(default_factory=dict)  # sender -> recent rounds it was late in
     last_seen: dict[str, int] = field(default_factory=dict)  # sender -> last round it was dropped
-    totals: Counter[str] = field(default_factory=Counter)  # kind -> count, all senders, all rounds
+    totals: Counter[DropKind] = field(default_factory=Counter)  # kind -> count, all senders, all rounds
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def quarantined(self, round: int) -> frozenset[str]:
@@ -74,9 +77,9 @@ class SenderBook:
                 continue
             size, units = sizes.get(peer, 0), sum(b.units for b in bodies)
             if size > self.config.max_bytes:
-                drops.append(Drop(peer, stage, None, f"{size} bytes, over trust.max_bytes={self.config.max_bytes}", "budget"))
+                drops.append(Drop(peer, stage, None, f"{size} bytes, over trust.max_bytes={self.config.max_bytes}", DropKind.BUDGET))
             elif units > self.config.max_units:
-                drops.append(Drop(peer, stage, None, f"{units} tokens/steps, over trust.max_units={self.config.max_units}", "budget"))
+                drops.append(Drop(peer, stage, None, f"{units} tokens/steps, over trust.max_units={self.config.max_units}", DropKind.BUDGET))
         return drops
 
     def close_round(self, round: int, drops: Sequence[Drop]) -> dict[str, str]:
@@ -88,19 +91,17 @@ class SenderBook:
                 if d.peer_id == self.me:
                     continue
                 self.totals[d.kind] += 1
-                if d.kind == "copy":  # a copy may be a framing, or converged honest work: never held against its sender
+                if d.kind in (DropKind.COPY, DropKind.VIEW):  # framings, or honest differences: never held against anyone
                     continue
                 self.drops[(d.peer_id, d.kind)] += 1
                 self.last_seen[d.peer_id] = round
-                if d.kind in Drop.HARD and d.peer_id not in new:
+                if d.kind.hard and d.peer_id not in new:
                     new[d.peer_id] = f"{d.kind}: {d.reason}"
-                elif d.kind == "late":
+                elif d.kind is DropKind.LATE:  # remembered (asked last, not waited for), never quarantined
                     rounds = self.late.setdefault(d.peer_id, set())
                     rounds.add(round)
                     rounds.intersection_update(range(round - LATE_WINDOW + 1, round + 1))
-                    if len(rounds) >= 2 and d.peer_id not in new:
-                        new[d.peer_id] = f"late in rounds {sorted(rounds)} (2 of the last {LATE_WINDOW} quarantine)"
-                else:
+                elif d.kind.counted:
                     soft[d.peer_id] += 1
             for peer, n in soft.items():
                 if n > self.config.max_soft_drops and peer not in new:

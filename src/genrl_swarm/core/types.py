@@ -10,16 +10,17 @@ Two views of a question are kept apart on purpose:
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from genrl_swarm.core.bodies import Body
 
 #: Version of the wire format. Bump it when a body or the Envelope changes meaning.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 def content_id(*parts: Any) -> str:
@@ -78,34 +79,72 @@ BodyT = TypeVar("BodyT", bound=Body)
 @dataclass(frozen=True)
 class Rollout(Generic[BodyT]):
     """A body this peer accepted, with where it came from and the text this peer derived from it
-    (one per sample, for display and scoring; empty for bodies that are not text)."""
+    (one per sample, for display and scoring; empty for bodies that are not text). ``input`` is
+    the input the sender answered when it is not this peer's own: a later-stage input this peer
+    rebuilt from the earlier payloads the sender named (see ``Ref``)."""
 
     peer_id: str
     round: int
     stage: int
     body: BodyT
     texts: tuple[str, ...] = ()
+    input: StageInput | None = None
 
     @property
     def task_id(self) -> str:
         return self.body.task_id
 
 
+@dataclass(frozen=True, order=True)
+class Ref:
+    """One earlier-stage payload of this round, named by its sender's signed commitment: what a
+    later-stage input is built from. Two peers that built from the same refs built the same input;
+    a receiver holding the named payloads rebuilds a sender's input from them."""
+
+    stage: int
+    sender: str
+    digest: str  # sha256 of the payload, hex
+
+
+class DropKind(enum.StrEnum):
+    """Why a body was refused, which decides what it costs its sender (``SenderBook``)."""
+
+    PAYLOAD = "payload"  # unreadable, forged, not as committed, an invalid signed reference
+    EQUIVOCATION = "equivocation"  # two signed commitments for one (round, stage): the proof
+    BUDGET = "budget"  # over a per-sender limit
+    CPU = "cpu"  # processing it took too long
+    REFUSED = "refused"  # the policy or the round's own checks, on an input every honest peer builds alike
+    SCORING = "scoring"  # game code failed on it
+    COPY = "copy"  # another sender committed it first: de-duplicated, never held against anyone
+    LATE = "late"  # no commitment, or no reveal, in time: timing is a difference of view
+    VIEW = "view"  # answers an input built from payloads this peer does not hold as the sender named them
+
+    @property
+    def hard(self) -> bool:
+        """Quarantines at once: provable against the sender, and no honest peer produces it."""
+        return self in _HARD
+
+    @property
+    def counted(self) -> bool:
+        """Counts toward ``max_soft_drops``: checks every honest peer reproduces alike."""
+        return self in (DropKind.REFUSED, DropKind.SCORING)
+
+
+_HARD = frozenset({DropKind.PAYLOAD, DropKind.EQUIVOCATION, DropKind.BUDGET, DropKind.CPU})
+
+
 @dataclass(frozen=True)
 class Drop:
-    """A body this peer refused, and why (counted per sender)."""
+    """A body this peer refused, and why (counted per sender as its ``kind`` says)."""
 
     peer_id: str
     stage: int
     task_id: str | None
     reason: str
-    #: payload (unreadable, forged, not as committed), budget (over a per-sender limit), cpu
-    #: (processing it took too long), copy (another sender committed it first), refused (the
-    #: policy or the round's own checks), scoring (game code failed on it), late (no reveal).
-    kind: str = "refused"
+    kind: DropKind = DropKind.REFUSED
 
-    #: Kinds that quarantine the sender at once: no honest peer produces them.
-    HARD: ClassVar[frozenset[str]] = frozenset({"payload", "budget", "cpu"})
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", DropKind(self.kind))  # a kind's name in tests and old callers
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from genrl_swarm.core.types import Drop
+from genrl_swarm.core.types import Drop, DropKind
 
 Bools = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
@@ -30,12 +30,12 @@ class Verdict(enum.IntEnum):
     COPY = 4  # the same bytes were committed earlier by another sender
 
     @property
-    def kind(self) -> str:
-        """The ``Drop`` kind the SenderBook counts (hard kinds quarantine at once)."""
+    def kind(self) -> DropKind | None:
+        """The ``Drop`` kind the SenderBook counts (None: passed)."""
         return _KINDS[self]
 
 
-_KINDS = {Verdict.OK: "", Verdict.FORGED: "payload", Verdict.OVER_BUDGET: "budget", Verdict.LATE: "late", Verdict.COPY: "copy"}
+_KINDS = {Verdict.OK: None, Verdict.FORGED: DropKind.PAYLOAD, Verdict.OVER_BUDGET: DropKind.BUDGET, Verdict.LATE: DropKind.LATE, Verdict.COPY: DropKind.COPY}
 
 
 def classify(signed: Bools, size: Ints, max_bytes: int, revealed: Bools, matches: Bools) -> npt.NDArray[np.int8]:
@@ -64,7 +64,7 @@ def first_committers(group: Ints, digest: Ints, committed: npt.NDArray[np.float6
 
 def drops_of(senders: Sequence[str], verdicts: Sequence[int], stage: int) -> list[Drop]:
     """The drops a receiver records for the rows that did not pass (for ``SenderBook.close_round``)."""
-    return [Drop(s, stage, None, _REASONS[v], _KIND_OF[v]) for s, v in zip(senders, verdicts) if v != Verdict.OK]
+    return [Drop(s, stage, None, _REASONS[v], kind) for s, v in zip(senders, verdicts) if (kind := _KIND_OF[v]) is not None]
 
 
 _REASONS = {int(v): v.name.lower() for v in Verdict}

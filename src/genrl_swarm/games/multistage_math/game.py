@@ -8,7 +8,10 @@ locally from the question's ground truth.
 This is the template for a text game. The listing of students and the votes are built by
 *this* peer from the completions it accepted (text it decoded itself) and kept in the stage
 input's context; a stage-1 pick is scored against that listing, never against a prompt a
-sender claims to have seen (a sender whose input differs is dropped before scoring).
+sender claims to have seen. The loop builds later stages from at most ``game.max_sources``
+senders' payloads, named on the wire, so a receiver rebuilds a sender's listing from the same
+payloads (``GameState.view``); a vote is read against the listing its voter answered, by answer
+text, so voters that saw listings in another order still count for the same answers.
 """
 
 from __future__ import annotations
@@ -36,6 +39,16 @@ def consensus(rollout: Rollout[Any]) -> str:
 def students(state: GameState, task_id: str) -> list[str]:
     """Stage-0 answers, one per peer, in peer-id order (the same on every peer)."""
     return [consensus(r) for r in sorted(state.select(stage=0, task=task_id), key=lambda r: r.peer_id)]
+
+
+def vote_in(state: GameState, rollout: Rollout[Any], answers: Sequence[str]) -> str | None:
+    """A stage-1 vote as a number in ``answers``: the pick read in the listing its voter answered
+    (``state.input_for``), found in ``answers`` by its text; None if that answer is not listed."""
+    theirs: Sequence[str] = state.input_for(rollout).context["students"]
+    pick = vote(rollout, len(theirs))
+    if pick is None or theirs[int(pick) - 1] not in answers:
+        return None
+    return str(list(answers).index(theirs[int(pick) - 1]) + 1)
 
 
 def vote(rollout: Rollout[Any], num_students: int) -> str | None:
@@ -71,7 +84,7 @@ class MultistageMathData(DataManager):
                 ask = 'Which student answered correctly? Reply with "Choice: Student #k".'
                 out.append(task.input(1, f"{task.prompt}\n\nAnswers from the swarm:\n{listing}\n\n{ask}", students=answers))
                 continue
-            votes = Counter(v for v in (vote(r, len(answers)) for r in state.select(stage=1, task=task.id)) if v)
+            votes = Counter(v for v in (vote_in(state, r, answers) for r in state.select(stage=1, task=task.id)) if v)
             critique = ", ".join(f"Student #{k}: {n} votes" for k, n in votes.most_common()) or "no votes"
             ask = "Considering the answers and the votes, give your final answer in <answer></answer> tags."
             prompt = f"{task.prompt}\n\nAnswers from the swarm:\n{listing}\n\nThe swarm's votes: {critique}\n\n{ask}"
