@@ -1,0 +1,84 @@
+"""Equivocation is caught with proof (issue 28, point 2).
+
+Two validly signed commitments by one sender for one (round, stage) with different digests are
+evidence anyone can check. A peer that sees both (in a phase, in another payload's basis, or as
+evidence passed on) quarantines the sender at once and passes the pair on in its next payloads;
+a forged pair frames nobody: it is the passer's payload that is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+from genrl_swarm.comm import InMemoryBackend, InMemorySwarm
+from genrl_swarm.comm.codec import Commitment, encode_signed, read_commitment
+from genrl_swarm.core.identity import Identity, verify
+from genrl_swarm.core.interfaces import ExchangeResult
+from genrl_swarm.core.types import Ref
+
+from conftest import Echo
+
+
+def signed(identity: Identity, round: int, stage: int, content: bytes, signer: Identity | None = None) -> tuple[Commitment, bytes]:
+    record = Commitment("genrl-swarm", round, stage, identity.peer_id, hashlib.sha256(content).digest(), len(content))
+    return record, encode_signed("commit", record, (signer or identity).sign)
+
+
+def exchange_all(backends: list[InMemoryBackend], round: int, stage: int, basis: dict[str, list[Ref]] | None = None) -> dict[str, ExchangeResult]:
+    out: dict[str, ExchangeResult] = {}
+
+    def run(b: InMemoryBackend) -> None:
+        out[b.peer_id] = b.exchange(round, stage, [], 2.0, Echo, basis=(basis or {}).get(b.peer_id, ()))
+
+    threads = [threading.Thread(target=run, args=(b,)) for b in backends]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out
+
+
+def test_a_proof_is_passed_on_and_convinces_a_peer_that_never_saw_either_commitment() -> None:
+    swarm = InMemorySwarm()
+    witness, other = InMemoryBackend(swarm, "witness"), InMemoryBackend(swarm, "other")
+    liar = Identity.generate()
+    for content in (b"face for A", b"face for B"):
+        witness._remember(*signed(liar, 0, 0, content))
+    assert set(witness.proofs) == {liar.peer_id}  # the witness holds the pair
+    got = exchange_all([witness, other], 0, 1)
+    why = got["other"].equivocators[liar.peer_id]  # before: no such thing as a proof
+    assert why.startswith("signed two commitments for r0") and liar.peer_id in other.proofs
+    _, first, second = other.proofs[liar.peer_id]
+    records = [read_commitment(b, verify) for b in (first, second)]
+    assert {r.sender for r in records} == {liar.peer_id} and records[0].digest != records[1].digest  # checkable by anyone
+    assert got["witness"].equivocators == {}  # reported once, when found
+
+
+def test_a_forged_proof_frames_nobody_and_drops_the_forgers_payload() -> None:
+    swarm = InMemorySwarm()
+    forger, me = InMemoryBackend(swarm, "forger"), InMemoryBackend(swarm, "me")
+    victim = Identity.generate()
+    forger.proofs[victim.peer_id] = (0, signed(victim, 0, 0, b"real")[1], signed(victim, 0, 0, b"forged", signer=Identity.generate())[1])
+    got = exchange_all([forger, me], 0, 1)["me"]
+    assert got.equivocators == {} and victim.peer_id not in me.proofs
+    assert "does not verify" in got.dropped["forger"] and "forger" not in got.late  # provable: a hard drop
+
+
+def test_a_basis_naming_a_later_stage_or_another_round_is_a_provable_drop() -> None:
+    swarm = InMemorySwarm()
+    liar, me = InMemoryBackend(swarm, "liar"), InMemoryBackend(swarm, "me")
+    ahead = signed(Identity.generate(), 0, 3, b"x")
+    liar._remember(*ahead)
+    got = exchange_all([liar, me], 0, 1, {"liar": [Ref(3, ahead[0].sender, ahead[0].digest.hex())]})["me"]
+    assert "not an earlier stage of r0" in got.dropped["liar"]
+
+
+def test_an_honest_basis_arrives_verified_and_names_what_was_received() -> None:
+    swarm = InMemorySwarm()
+    a, b = InMemoryBackend(swarm, "a"), InMemoryBackend(swarm, "b")
+    first = exchange_all([a, b], 0, 0)
+    refs = {p: [Ref(0, s, d) for s, d in sorted(first[p].digests.items())] for p in ("a", "b")}
+    assert refs["a"] == refs["b"] and len(refs["a"]) == 2
+    second = exchange_all([a, b], 0, 1, refs)
+    assert second["a"].bases["b"] == tuple(refs["b"]) and second["a"].dropped == {} and second["a"].equivocators == {}

@@ -1,0 +1,79 @@
+"""Timing that does not frame the honest (issue 28, point 3).
+
+Lateness is a difference of view (load, clocks, start-up): it never quarantines. What a late or
+fresh id can cost is bounded instead: committers that are not established, punctual members are
+waited for ``FRESH_SHARE`` of the timeout; a transport's start gate runs before the exchange's
+deadline starts (``ByteBackend.ready``). Bounds are loose: these run on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from genrl_swarm.comm import InMemoryBackend, InMemorySwarm
+from genrl_swarm.comm.base import FRESH_SHARE
+from genrl_swarm.coord import LocalCoordinator
+from genrl_swarm.core import GameConfig, GameManager
+from genrl_swarm.core.types import RoundResult
+
+from conftest import RecordingGame, Stranger
+
+
+def play(comms: list[InMemoryBackend], rounds: int, timeout: float) -> dict[str, tuple[list[RoundResult], GameManager]]:
+    out: dict[str, tuple[list[RoundResult], GameManager]] = {}
+
+    def run(comm: InMemoryBackend) -> None:
+        game = RecordingGame([])
+        manager = GameManager(game, game, game, game, comm, LocalCoordinator(), GameConfig(max_rounds=rounds, exchange_timeout=timeout))
+        out[comm.peer_id] = (manager.run(), manager)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in comms]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return out
+
+
+def test_fresh_ids_that_commit_and_never_reveal_cost_a_short_wait_not_the_deadline() -> None:
+    swarm = InMemorySwarm()
+    comms = [InMemoryBackend(swarm, p) for p in ("A", "B")]
+    for r in range(4):  # a new id every round, committed before the honest peers play
+        Stranger(swarm).commit(r, 0, b"never revealed")
+    timeout = 3.0
+    out = play(comms, rounds=4, timeout=timeout)
+    for results, manager in out.values():
+        waits = [r.metrics["time/exchange_s0"] for r in results]
+        assert max(waits) < 0.5 * timeout, waits  # before: 2.25 s each (the reveal's whole share); now ~FRESH_SHARE
+        assert all(sorted(r.rewards) == ["A", "B"] and len(r.dropped) == 1 for r in results)
+        assert manager.book.quarantined(4) == frozenset()  # late ids: remembered, never quarantined
+    assert FRESH_SHARE * timeout < 0.5 * timeout
+
+
+class Gated(InMemoryBackend):
+    """A transport with a start gate (like HiveMind's ``min_peers``): before its first exchange
+    a peer waits until ``min_peers`` members joined."""
+
+    min_peers = 2
+
+    def ready(self) -> None:
+        deadline = time.monotonic() + 30
+        while len(self.swarm.members) < self.min_peers and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def test_the_start_gate_does_not_eat_the_first_exchanges_deadline() -> None:
+    swarm = InMemorySwarm()
+    first = Gated(swarm, "A")
+    out: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: out.update(play([first], rounds=2, timeout=0.6)))
+    thread.start()
+    time.sleep(1.5)  # the second peer is started by hand, later than the exchange timeout
+    second = Gated(swarm, "B")
+    out_b = play([second], rounds=2, timeout=0.6)
+    thread.join(60)
+    (r0, r1), manager = out["A"]
+    assert sorted(r0.rewards) == ["A", "B"] and sorted(r1.rewards) == ["A", "B"]  # before: A played round 0 alone
+    assert not manager.book.quarantined(2) and not out_b["B"][1].book.quarantined(2)
