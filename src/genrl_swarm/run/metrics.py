@@ -10,6 +10,7 @@ from typing import Any
 from genrl_swarm.core.game import GameManager
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.checkpoint import write_atomic
+from genrl_swarm.run.tensorboard import ScalarWriter
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,7 @@ class MetricsLogger:
         self.path = directory / "metrics.jsonl"
         self._writer: Any = None
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # heavy import, only when asked
-
-            self._writer = SummaryWriter(str(directory / "tb"), purge_step=start_round)
+            self._writer = ScalarWriter(directory / "tb", purge_step=start_round)
         rows = read_metrics(self.path) if self.path.exists() else []
         kept = [row for row in rows if row.get("round", -1) < start_round]
         if len(kept) < len(rows):
