@@ -80,7 +80,7 @@ class GameState:
             seen: set[str] = set()
             start = time.thread_time()
             theirs = {t.id: t for t in tasks_of(peer)} if tasks_of is not None and peer != self.peer_id else None
-            allowed = mine if theirs is None else {i: t.input(stage) for i, t in theirs.items()}
+            allowed: Mapping[str, StageInput] = mine if theirs is None else {i: t.input(stage) for i, t in theirs.items()}
             allowed = (rebuilt or {}).get(peer, allowed)
             if len(bodies) > len(inputs):  # one body per task at most: the rest is never looked at
                 why = f"{len(bodies)} bodies for {len(inputs)} tasks; the {len(bodies) - len(inputs)} extra were not read"
