@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 import pytest
 
+import genrl_swarm.protocol.exchange as exchange_rules
 from genrl_swarm.comm import InMemoryBackend, InMemorySwarm, NullBackend
-from genrl_swarm.comm.base import REVEAL_SHARE
 from genrl_swarm.comm.codec import (
     DOMAIN,
     MAX_RECORD_BYTES,
@@ -247,11 +247,21 @@ def test_dropped_payloads_add_up_over_exchanges() -> None:
 
 
 def test_the_commit_phase_keeps_a_share_of_the_timeout_for_reveals() -> None:
-    assert REVEAL_SHARE == 0.25
+    assert exchange_rules.REVEAL_SHARE == 0.25
     swarm, (me, _silent) = board("me", "silent")
     start = time.monotonic()
     me.exchange(0, 0, [], timeout=0.8, body_type=Echo)
     assert 0.55 <= time.monotonic() - start < 0.8 + 0.5
+
+
+def test_the_transports_phase_deadlines_are_the_protocols(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One definition: the share the protocol core keeps for reveals is the one every transport
+    waits by (a second copy in comm/ would still wait 3 s here)."""
+    monkeypatch.setattr(exchange_rules, "REVEAL_SHARE", 0.95)
+    swarm, (me, _silent) = board("me", "silent")
+    start = time.monotonic()
+    me.exchange(0, 0, [], timeout=4.0, body_type=Echo)
+    assert time.monotonic() - start < 1.5  # the commit phase ends at 5% of 4 s; a silent member is not waited for at the reveal
 
 
 def test_a_byte_backend_hosts_one_peer_per_process() -> None:
@@ -428,6 +438,25 @@ def membership(dht: FakeDHT, identity: Identity | None = None, liveness: float =
 def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The membership module's log lines, whole: a check on a substring misses a changed message."""
     return [r.getMessage() for r in caplog.records if r.name == "genrl_swarm.comm.hivemind.membership"]
+
+
+def test_the_transports_member_view_and_the_simulators_agree_on_who_is_alive() -> None:
+    """One liveness rule (protocol.view.alive): a record, a later sighting, a departure, and the
+    edge of the timeout give the same live set in the transport's view and the simulator's."""
+    from genrl_swarm.comm.hivemind.members import MemberRecord, MemberView
+    from genrl_swarm.protocol import LiveView
+
+    issued = {"a": 10.0, "b": 8.0, "c": 10.0, "d": 4.0}
+    records = {p: MemberRecord("s", p, 0, t, t + 3.0, (), 1, leaving=p == "c") for p, t in issued.items()}
+    sightings = {"d": 9.0}  # traffic from d after its last record
+    view = LiveView(3.0)
+    for p, r in records.items():
+        view.record(p, r.round, r.issued, leaving=r.leaving)
+    for p, t in sightings.items():
+        view.sighted(p, t)
+    for now in (10.0, 11.0, 12.0, 13.0, 13.5):
+        assert sorted(MemberView(records).live(3.0, sightings, now)) == view.live(now), now
+    assert view.live(11.0) == ["a", "b", "d"] and view.live(12.0) == ["a", "d"] and view.live(13.0) == ["a"]
 
 
 def test_membership_publishes_a_signed_record_others_can_read() -> None:

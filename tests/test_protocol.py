@@ -8,7 +8,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from genrl_swarm.comm.base import REVEAL_SHARE as TRANSPORT_REVEAL_SHARE
 from genrl_swarm.core.trust import SenderBook, TrustConfig
 from genrl_swarm.protocol import (
     REVEAL_SHARE,
@@ -100,8 +99,8 @@ def test_collect_settles_many_receivers_at_once() -> None:
     assert empty.tolist() == [7.0]
 
 
-def test_deadlines_keep_the_transports_reveal_share() -> None:
-    assert REVEAL_SHARE == TRANSPORT_REVEAL_SHARE
+def test_deadlines_keep_the_reveal_share_for_reveals() -> None:
+    assert REVEAL_SHARE == 0.25  # the transport's deadlines are these: tests/test_comm_units.py
     d = Deadlines.of(100.0, 20.0)
     assert (d.commit, d.reveal) == (115.0, 120.0)
 

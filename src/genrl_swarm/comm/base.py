@@ -40,14 +40,12 @@ from genrl_swarm.core.identity import Identity, public_key_of, verify_key
 from genrl_swarm.core.interfaces import Communication, ExchangeResult
 from genrl_swarm.core.trust import LATE_WINDOW
 from genrl_swarm.core.types import Ref
+from genrl_swarm.protocol.exchange import Deadlines
 
 log = logging.getLogger(__name__)
 Phase = Literal["commit", "reveal"]
 
 
-#: Share of an exchange's timeout kept for the reveal phase: a member that never commits must
-#: not eat the whole deadline and make honest peers' reveals look late.
-REVEAL_SHARE = 0.25
 #: Share of an exchange's timeout a committer that is not an established, punctual member is
 #: waited for in the reveal phase (what a fresh id that never reveals can cost a stage).
 FRESH_SHARE = 0.1
@@ -149,7 +147,7 @@ class ByteBackend(Communication):
         basis: Sequence[Ref] = (),
     ) -> ExchangeResult:
         self.ready()
-        deadline = time.monotonic() + timeout
+        deadlines = Deadlines.of(time.monotonic(), timeout)  # the protocol core's phase deadlines
         self.quarantined, self.fresh_wait = frozenset(ignore), FRESH_SHARE * timeout
         self._forget(round)
         known = [self._records.get((round, ref.stage, ref.sender)) for ref in basis]
@@ -159,8 +157,8 @@ class ByteBackend(Communication):
         mine = Commitment(self.swarm_id, round, stage, self.peer_id, hashlib.sha256(payload).digest(), len(payload), self.account)
         dropped: dict[str, str] = {}
         proven = set(self.proofs)
-        commits = self._commitments(mine, deadline - REVEAL_SHARE * timeout, dropped)
-        reveal = self._reveal(round, stage, payload, commits, deadline)
+        commits = self._commitments(mine, deadlines.commit, dropped)
+        reveal = self._reveal(round, stage, payload, commits, deadlines.reveal)
         received: dict[str, tuple[Body, ...]] = {}
         bases: dict[str, tuple[Ref, ...]] = {}
         late: set[str] = {p for p, why in dropped.items() if why == NO_COMMITMENT}

@@ -16,7 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 #: Share of an exchange's timeout kept for the reveal phase: a member that never commits must
-#: not eat the whole deadline and make honest peers' reveals look late (as comm.base).
+#: not eat the whole deadline and make honest peers' reveals look late. Every transport's
+#: exchange (``comm.base``) and the simulator read this one value.
 REVEAL_SHARE = 0.25
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]

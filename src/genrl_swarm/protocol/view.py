@@ -41,7 +41,7 @@ class LiveView:
 
     def live(self, now: float) -> list[str]:
         """Members alive at ``now``, sorted (the order every strategy draws from)."""
-        return sorted(p for p, t in self.heard.items() if p not in self.left and now - t <= self.timeout)
+        return sorted(p for p, t in self.heard.items() if alive(t, p in self.left, now, self.timeout))
 
     def servers(self, now: float) -> list[str]:
         """Live members that can be dialled: the ones a pull may ask (an unreachable member
@@ -60,6 +60,19 @@ class LiveView:
         """The round to play next, given the live members' announced rounds (see ``attested_round``)."""
         others = [self.rounds[p] for p in self.live(now) if p != me]
         return attested_round(own, others, quorum, max_jump)
+
+
+def alive(last_heard: float, left: bool, now: float, timeout: float) -> bool:
+    """The liveness rule, for the transport's member view and the simulator's alike: a member is
+    alive while it has not announced that it left and was last heard of (a record or traffic)
+    at most ``timeout`` seconds ago."""
+    return not left and now - last_heard <= timeout
+
+
+def forget_after(timeout: float) -> float:
+    """Seconds unheard after which a member is forgotten (long gone, or a stranger): far past
+    the liveness timeout, so a member on a slow link is never forgotten while it still counts."""
+    return max(60.0, 20 * timeout)
 
 
 def attested_round(own: int, others: list[int], quorum: float, max_jump: int) -> int:

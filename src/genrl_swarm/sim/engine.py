@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from genrl_swarm.protocol import Gossip, make_strategy
+from genrl_swarm.protocol.view import forget_after
 from genrl_swarm.sim import gossip, pull
 from genrl_swarm.sim.model import SimConfig
 from genrl_swarm.sim.outcome import RoundOutcome
@@ -61,7 +62,7 @@ class Simulation:
                 for peer, end in outcome.ends.items():
                     pop.start[peer] = end
                 self._time_catch_up(pop, outcome, want)
-                pop.view.forget(now, max(60.0, 20 * cfg.liveness_s))
+                pop.view.forget(now, forget_after(cfg.liveness_s))
         finally:
             trust_log.setLevel(level)
         return summarize(cfg, want, self.outcomes, moves=self.far_future_moves, catch_up=self.catch_up_s, churn=self.churn_events, wall=time.perf_counter() - started)

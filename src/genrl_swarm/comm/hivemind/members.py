@@ -25,7 +25,7 @@ from typing import Annotated, Any
 import msgspec
 
 from genrl_swarm.core.identity import SIGNATURE_BYTES, Identity, verify
-from genrl_swarm.protocol.view import attested_round
+from genrl_swarm.protocol.view import alive, attested_round
 
 __all__ = ["MemberRecord", "MemberValidator", "MemberView", "attested_round", "members_key", "merge", "open_member", "seal"]
 
@@ -150,7 +150,7 @@ class MemberView:
         """Members that have not left and were heard of (a renewed record, or traffic in
         ``sightings``) within ``liveness_timeout``."""
         now = time.time() if now is None else now
-        return {p: r for p, r in self.records.items() if not r.leaving and now - max(r.issued, sightings.get(p, 0.0)) <= liveness_timeout}
+        return {p: r for p, r in self.records.items() if alive(max(r.issued, sightings.get(p, 0.0)), r.leaving, now, liveness_timeout)}
 
 
 def merge(old: Mapping[str, MemberRecord], found: Mapping[str, MemberRecord]) -> dict[str, MemberRecord]:

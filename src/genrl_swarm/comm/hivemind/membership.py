@@ -22,6 +22,7 @@ from genrl_swarm.comm.hivemind.boot import NEW_PEER
 from genrl_swarm.comm.hivemind.members import MemberRecord, MemberView, members_key, merge, open_member, seal
 from genrl_swarm.comm.hivemind.peers import AddressBook
 from genrl_swarm.core.identity import Identity
+from genrl_swarm.protocol.view import forget_after
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class Membership:
         return records
 
     def refresh(self) -> None:
-        now, forget = time.time(), max(60.0, 20 * self.liveness)  # long-gone members and strangers are forgotten
+        now, forget = time.time(), forget_after(self.liveness)
         merged = merge(self.view.records, self.read())
         self.view = MemberView({p: r for p, r in merged.items() if now - r.issued < forget})
         for peer, seen in list(self.sightings.items()):
