@@ -200,7 +200,7 @@ class Arena:
         state = GameState(1, ME)
         state.set_tasks(self.tasks)
         for s in range(stage + 1):
-            inputs = self.manager._stage_inputs(state, s)  # the loop's own isolation of peer data
+            inputs, _ = self.manager._stage_inputs(state, s)  # the loop's own isolation of peer data
             if s < stage:
                 state.record(s, inputs, {ME: self.own(inputs, 0), HONEST: self.own(inputs, 1)}, self.policy.check, self.policy.texts)
         return state, inputs
@@ -220,7 +220,7 @@ class Arena:
         kept = {p: b for p, b in received.items() if p not in {d.peer_id for d in over}}
         state.record(stage, inputs, kept, self.policy.check, self.policy.texts, budget)
         for s in range(stage + 1, self.stages):
-            later = self.manager._stage_inputs(state, s)
+            later, _ = self.manager._stage_inputs(state, s)
             state.record(s, later, {ME: self.own(later, 0), HONEST: self.own(later, 1)}, self.policy.check, self.policy.texts, budget)
         rewards = self.reward.score_state(state, cpu_budget=budget)
         state.drops.extend(over + [_drop(p, stage, why) for p, why in result.dropped.items()])

@@ -8,22 +8,18 @@ process, or with rollout workers and a learner apart (Ray), or with a JAX policy
 
 from __future__ import annotations
 
-import logging
 import math
-import time
 from abc import ABC, abstractmethod
-from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from genrl_swarm.core.bodies import Body
-from genrl_swarm.core.meter import CutOff, metered
 from genrl_swarm.core.state import GameState
-from genrl_swarm.core.types import Drop, DropKind, Ref, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput, Task
+from genrl_swarm.core.trust import score_under_budget
+from genrl_swarm.core.types import Ref, Rollout, RoundResult, RoundRewards, StageInput, Task
 
-log = logging.getLogger(__name__)
 
 
 class RunInterrupted(Exception):
@@ -72,37 +68,10 @@ class RewardManager(ABC):
         """One reward per sample of ``rollout``, which answered ``input`` (this peer's own)."""
 
     def score_state(self, state: GameState, stage: int | None = None, cpu_budget: float = math.inf) -> RoundRewards:
-        """Score every accepted rollout (own and swarm) of ``stage`` (all stages if None).
-
-        Scoring a peer's body is game code running on a stranger's data: if it raises, that
-        body is dropped for the round (and counted against its sender), never the peer. A sender
-        is charged the CPU its bodies take on this thread plus what sandboxes and services
-        report doing for it (``core.meter``), which also cut a body off when the sender's
-        ``cpu_budget`` runs out; past it, the sender loses the rest of its bodies. Errors on this
-        peer's own rollouts are bugs and propagate, except a sandbox's cut-off (``CutOff``).
-        """
-        scored, spent = [], defaultdict[str, float](float)
-        for r in state.select(stage=stage):
-            own = r.peer_id == state.peer_id
-            if not own and spent[r.peer_id] > cpu_budget:
-                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring its bodies took over {cpu_budget:.2f}s of CPU", DropKind.CPU))
-                continue
-            start = time.thread_time()
-            with metered(r.peer_id, math.inf if own else cpu_budget - spent[r.peer_id]) as elsewhere:
-                try:
-                    rewards = [float(x) for x in self.score(state.tasks[r.task_id], state.input_for(r), r)]
-                    if len(rewards) != r.body.num_samples:
-                        raise ValueError(f"{type(self).__name__}.score gave {len(rewards)} rewards for {r.body.num_samples} samples")
-                except Exception as e:  # noqa: BLE001 - isolated per sender, see docstring
-                    if own and not isinstance(e, CutOff):
-                        raise
-                    state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}", DropKind.SCORING))
-                    log.warning("%s: scoring %s's body failed (%s); dropped", state.peer_id, r.peer_id, e)
-                    continue
-                finally:
-                    spent[r.peer_id] += time.thread_time() - start + elsewhere.spent
-            scored.append(ScoredRollout(r, tuple(rewards)))
-        return RoundRewards(state.round, tuple(scored))
+        """Score every accepted rollout (own and swarm) of ``stage`` (all stages if None), each
+        sender under its CPU budget: ``core.trust.score_under_budget`` (a body whose scoring
+        raises drops it for the round and counts against its sender, never the peer)."""
+        return score_under_budget(state, self.score, stage, cpu_budget)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What work done for one sender costs, wherever it runs.
 
-``score_state`` charges a sender the CPU its bodies take on the scoring thread. Work done for the
+``trust.score_under_budget`` charges a sender the CPU its bodies take on the scoring thread. Work done for the
 same body in other processes (a sandboxed scorer, an environment service replaying an episode)
 is not on that thread's clock, so whoever does it reports it here: the code running on the
 sender's behalf opens a ``Meter`` with what is left of the sender's budget, and the sandbox or
@@ -51,7 +51,7 @@ def metered(sender: str, budget: float = math.inf) -> Iterator[Meter]:
 
 
 def current() -> Meter | None:
-    """The meter open on this thread (None outside ``score_state``: own evaluation, tests)."""
+    """The meter open on this thread (None outside ``score_under_budget``: own evaluation, tests)."""
     return getattr(_local, "meter", None)
 
 

@@ -74,6 +74,9 @@ class GameState:
         since what went into a later input depends on what each peer received."""
         mine = {i.task_id: i for i in inputs}
         self.inputs[stage] = dict(mine)
+        known = self.sources.setdefault(stage, {})
+        for peer in received:  # a sender recorded without a transport (tests, benchmarks): its payload unnamed
+            known.setdefault(peer, "")
         dropped: list[Drop] = []
         producers: dict[tuple[str, bytes], str] = {}  # (task, content) -> first sender
         for peer, bodies in received.items():

@@ -14,13 +14,18 @@ for them (``comm.base``), which bounds what a staller costs without framing a sl
 from __future__ import annotations
 
 import logging
+import math
 import threading
-from collections import Counter
-from collections.abc import Mapping, Sequence
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from genrl_swarm.core.bodies import Body
-from genrl_swarm.core.types import Drop, DropKind
+from genrl_swarm.core.meter import CutOff, metered
+from genrl_swarm.core.state import GameState
+from genrl_swarm.core.types import Drop, DropKind, Rollout, RoundRewards, ScoredRollout, StageInput, Task
 
 log = logging.getLogger(__name__)
 #: Rounds a sender's lateness (no commitment, or no reveal, in time) is remembered: it is asked
@@ -131,3 +136,46 @@ class SenderBook:
         """Metrics: drops by kind (all senders, all rounds)."""
         with self._lock:
             return {f"trust/dropped_{k}": float(n) for k, n in sorted(self.totals.items()) if n}
+
+
+#: A game's reward rule: one reward per sample of a rollout, from this peer's task and the input it answered.
+Score = Callable[[Task, StageInput, Rollout[Any]], Sequence[float]]
+
+
+def score_under_budget(state: GameState, score: Score, stage: int | None = None, cpu_budget: float = math.inf) -> RoundRewards:
+    """Score every accepted rollout of ``stage`` (all if None), each sender under its budget.
+
+    Scoring a peer's body is game code running on a stranger's data: if it raises, that body is
+    dropped for the round (``scoring``, counted against its sender), never the peer. A sender is
+    charged the CPU its bodies take on this thread plus what sandboxes and services report doing
+    for it (``core.meter``), which also cut a body off when the sender's ``cpu_budget`` runs out;
+    past it, the sender loses the rest of its bodies (``cpu``). Errors on this peer's own
+    rollouts are bugs and propagate, except a sandbox's cut-off (``CutOff``)."""
+    scored, spent = [], defaultdict[str, float](float)
+    for r in state.select(stage=stage):
+        own = r.peer_id == state.peer_id
+        if not own and spent[r.peer_id] > cpu_budget:
+            state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring its bodies took over {cpu_budget:.2f}s of CPU", DropKind.CPU))
+            continue
+        start = time.thread_time()
+        with metered(r.peer_id, math.inf if own else cpu_budget - spent[r.peer_id]) as elsewhere:
+            try:
+                rewards = [float(x) for x in score(state.tasks[r.task_id], state.input_for(r), r)]
+                if len(rewards) != r.body.num_samples:
+                    raise ValueError(f"{_owner(score)}.score gave {len(rewards)} rewards for {r.body.num_samples} samples")
+            except Exception as e:  # noqa: BLE001 - isolated per sender, see docstring
+                if own and not isinstance(e, CutOff):
+                    raise
+                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}", DropKind.SCORING))
+                log.warning("%s: scoring %s's body failed (%s); dropped", state.peer_id, r.peer_id, e)
+                continue
+            finally:
+                spent[r.peer_id] += time.thread_time() - start + elsewhere.spent
+        scored.append(ScoredRollout(r, tuple(rewards)))
+    return RoundRewards(state.round, tuple(scored))
+
+
+def _owner(score: Score) -> str:
+    """The reward manager's class name, for the error that names who broke the contract."""
+    owner = getattr(score, "__self__", None)
+    return type(owner).__name__ if owner is not None else getattr(score, "__qualname__", "score")
