@@ -151,7 +151,7 @@ class ByteBackend(Communication):
         self.quarantined, self.fresh_wait = frozenset(ignore), FRESH_SHARE * timeout
         self._forget(round)
         known = [self._records.get((round, ref.stage, ref.sender)) for ref in basis]
-        refs = [blob for ref, rec in zip(basis, known) if rec is not None and rec[0].hex() == ref.digest for blob in (rec[1],)]
+        refs = [rec[1] for ref, rec in zip(basis, known) if rec is not None and rec[0].hex() == ref.digest]
         evidence = [blob for _, a, b in list(self.proofs.values())[-(MAX_EVIDENCE // 2) :] for blob in (a, b)]
         payload = self.codec.encode(self.peer_id, round, stage, bodies, refs, evidence)
         mine = Commitment(self.swarm_id, round, stage, self.peer_id, hashlib.sha256(payload).digest(), len(payload), self.account)
