@@ -189,8 +189,8 @@ class SoftmaxLearner(Learner):
         for scored in rewards.scored:
             r = scored.rollout
             if self.use_swarm or r.peer_id == state.peer_id:
-                credible = consistent_claims(r.body) if r.peer_id != state.peer_id else (True,) * len(r.body.arms)
-                groups[(r.stage, r.task_id)].extend((r.peer_id, *x) for x in zip(r.body.arms, scored.rewards, r.body.logprobs, credible))
+                credibles = consistent_claims(r.body) if r.peer_id != state.peer_id else (True,) * len(r.body.arms)
+                groups[(r.stage, r.task_id)].extend((r.peer_id, *x) for x in zip(r.body.arms, scored.rewards, r.body.logprobs, credibles))
         terms: list[tuple[str, float, np.ndarray, tuple[int, int]]] = []  # sender, weight, direction, (stage, context)
         for (stage, task_id), group in groups.items():
             values = np.array([g[2] for g in group])
