@@ -197,6 +197,8 @@ class ByteBackend(Communication):
         """Reveal; collect the committers' payloads: all of them for at most ``fresh_wait``
         seconds, then only the established, punctual members (see the module's docstring)."""
         committed = set(commits) | {self.peer_id}
+        if all(self.punctual(p, round) for p in committed - {self.peer_id}):  # the usual case: one wait
+            return self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), committed)
         first = self._exchange_bytes(round, stage, "reveal", payload, min(self.fresh_wait, _left(deadline)), committed)
         waited = {p for p in committed - first.payloads.keys() if self.punctual(p, round)}
         if not waited or _left(deadline) <= 0:

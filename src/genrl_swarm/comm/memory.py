@@ -146,7 +146,8 @@ class InMemoryBackend(ByteBackend):
         wanted = set(self.swarm.members if wait_for is None else wait_for) - self.quarantined
         if phase == "commit":  # members late lately get the short wait (as committers at the reveal)
             deadline = time.monotonic() + timeout
-            got = self.swarm.collect(round, stage, phase, min(timeout, self.fresh_wait), wanted)
+            short = not all(self.punctual(p, round) for p in wanted - {self.peer_id})
+            got = self.swarm.collect(round, stage, phase, min(timeout, self.fresh_wait) if short else timeout, wanted)
             waited = {p for p in wanted - got.keys() if self.punctual(p, round)}
             if waited:
                 got = self.swarm.collect(round, stage, phase, max(deadline - time.monotonic(), 0.0), waited)
