@@ -50,13 +50,14 @@ GROUPS: dict[str, Group] = {
         ("src/genrl_swarm/core/*.py",),
         ("tests/test_loop.py", "tests/test_exchange.py", "tests/test_hostile.py", "tests/test_local_truth.py",
          "tests/test_codec.py", "tests/test_checkpoint.py", "tests/test_multipeer.py", "tests/test_core_units.py",
-         "tests/test_core_multipeer.py", "tests/test_trust_v3_book.py", "tests/test_trust_v3_copies.py"),
+         "tests/test_core_multipeer.py", "tests/test_trust_v3_book.py", "tests/test_trust_v3_copies.py",
+         "tests/test_trust_v4_views.py", "tests/test_trust_v4_timing.py"),
     ),
     "comm": Group(
         ("src/genrl_swarm/comm/base.py", "src/genrl_swarm/comm/codec.py", "src/genrl_swarm/comm/memory.py",
          "src/genrl_swarm/comm/null.py", "src/genrl_swarm/comm/hivemind/membership.py"),
         ("tests/test_exchange.py", "tests/test_codec.py", "tests/test_hostile.py", "tests/test_multipeer.py",
-         "tests/test_comm_units.py"),
+         "tests/test_comm_units.py", "tests/test_trust_v4_equivocation.py", "tests/test_trust_v4_timing.py", "tests/test_trust_v4_views.py"),
     ),
     "coord": Group(
         ("src/genrl_swarm/coord/*.py",),
