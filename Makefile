@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,async,docs
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-bandit demo-marl demo-agent test bench mutation install clean docs
+.PHONY: demo demo-bandit demo-marl demo-agent test test-fast lint bench mutation install clean docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,17 @@ demo-agent: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The inner loop: every test but the slow ones (real daemons, chains, clusters, browsers, LM training), under 2 minutes.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# Lint, format and types (configured in pyproject.toml).
+LINTED := src tests benchmarks scripts
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy src
 
 # The benchmarks of docs/benchmarks.md (minutes; SmolLM2 variants take longer, see benchmarks/).
 bench: $(STAMP)

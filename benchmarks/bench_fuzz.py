@@ -70,7 +70,7 @@ class Untrained(Policy):
 
 
 class Text(Body, frozen=True, tag="echo"):
-    """The Echo body of tests/conftest.py: each sample's text, as the sender wrote it."""
+    """The Echo body of tests/helpers/game.py: each sample's text, as the sender wrote it."""
 
     outputs: tuple[str, ...]
 

@@ -12,7 +12,7 @@ from genrl_swarm.run.checkpoint import latest_checkpoint, save_checkpoint
 from genrl_swarm.run.launcher import run_recipe
 from genrl_swarm.run.metrics import read_metrics
 
-from conftest import RecordingGame
+from helpers import RecordingGame
 
 
 def rewards_by_round(summary) -> dict[int, dict[str, float]]:

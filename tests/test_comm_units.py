@@ -31,7 +31,7 @@ from genrl_swarm.comm.codec import (
 from genrl_swarm.core import FORMAT_VERSION, Task
 from genrl_swarm.core.identity import Identity
 
-from conftest import Echo, Stranger, echo
+from helpers import Echo, Stranger, echo
 
 INPUT = Task.create("q").input(0)
 

@@ -1,7 +1,7 @@
 """The core loop among several peers on an in-memory board: what each peer accepts, how it
 scores and ranks the swarm, and what its trust book makes of misbehaving senders.
 
-Strangers (conftest.Stranger) post before the honest peers play, so every exchange finds their
+Strangers (helpers.Stranger) post before the honest peers play, so every exchange finds their
 payloads already on the board: the tests are deterministic and need no waiting.
 """
 
@@ -20,7 +20,7 @@ from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import Body, GameConfig, GameManager, GameState, RoundResult, StageInput, tie_break
 from genrl_swarm.core.trust import TrustConfig
 
-from conftest import RecordingGame, Stranger, echo
+from helpers import RecordingGame, Stranger, echo
 
 
 def inputs_of(round: int, stage: int, tasks: int = 2) -> list[StageInput]:

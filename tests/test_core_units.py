@@ -64,7 +64,7 @@ from genrl_swarm.core.identity import (
 )
 from genrl_swarm.core.trust import LATE_WINDOW, SenderBook, TrustConfig
 
-from conftest import Echo, RecordingGame, echo
+from helpers import Echo, RecordingGame, echo
 
 
 # --------------------------------------------------------------------------- types: ids and digests

@@ -14,7 +14,6 @@ import pytest
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
-pytest.importorskip("playwright")
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright  # noqa: E402
 
 from genrl_swarm.dashboard.background import Background  # noqa: E402

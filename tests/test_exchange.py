@@ -13,7 +13,7 @@ from genrl_swarm.comm.codec import Codec
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import GameConfig, GameManager, Task
 
-from conftest import Echo, RecordingGame, Stranger, echo
+from helpers import Echo, RecordingGame, Stranger, echo
 
 
 def rollout(peer: str, r: int = 0, s: int = 0, text: str = "x") -> Echo:

@@ -13,7 +13,7 @@ from genrl_swarm.core import Body, StageInput, Task
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.games.reasoning_gym.heldout import HeldOutEval, Score, evaluate, score_texts
 
-from conftest import Echo, echo
+from helpers import Echo, echo
 
 TASKS = [Task.create("What is 2 + 2?", answer="4"), Task.create("What is 3 * 3?", answer="9")]
 

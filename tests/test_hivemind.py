@@ -26,7 +26,7 @@ from genrl_swarm.core.identity import Identity, IdentityError
 from genrl_swarm.core.interfaces import ExchangeResult
 from genrl_swarm.run.metrics import read_metrics
 
-from conftest import Echo, echo
+from helpers import Echo, echo
 
 pytest.importorskip("hivemind")
 from genrl_swarm.comm.codec import Commitment, encode_signed  # noqa: E402
@@ -149,7 +149,7 @@ def test_killed_peer_is_waited_for_only_until_its_liveness_expires(trio: tuple[H
     caplog.set_level(logging.INFO)
     play(trio, 29)  # the victim starts at round 30: the trio must not look "behind" it
     script = (
-        "import sys; sys.path.insert(0, sys.argv[4]); from conftest import Echo, echo\n"
+        "import sys; sys.path.insert(0, sys.argv[4]); from helpers import Echo, echo\n"
         "from genrl_swarm.core import Task\nfrom genrl_swarm.comm.hivemind.dht import HivemindBackend\n"
         "peer = HivemindBackend(initial_peers=[sys.argv[1]], swarm='trio', liveness_timeout=float(sys.argv[2]))\n"
         "print(peer.peer_id, flush=True)\n"
@@ -373,7 +373,7 @@ def test_killed_cli_peer_resumes_without_silent_gaps_or_lost_tally(tmp_path: Pat
     run = tmp_path / "run"
     args = ["--recipe", "bandit", f"run.dir={run}", "game.max_rounds=16", "game.exchange_timeout=20", "game.mode=train",
             "run.checkpoint_every=1", "communication.min_peers=3", "communication.liveness_timeout=1.5",
-            "policy._target_=dist_helpers.SlowPolicy", "+policy.delay=0.3", *QUIET]  # fmt: skip
+            "policy._target_=helpers.dist.SlowPolicy", "+policy.delay=0.3", *QUIET]  # fmt: skip
     a = Peer(tmp_path, "a", args)
     b, c = Peer(tmp_path, "b", args, initial=a.maddr()), Peer(tmp_path, "c", args, initial=a.maddr())
     c_id = c.maddr().rsplit("/", 1)[1]

@@ -22,7 +22,7 @@ from genrl_swarm.core.bodies import TokenRollout, TokenSample
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import Rollout, RoundResult
 
-from conftest import Echo, RecordingGame, Stranger, echo
+from helpers import Echo, RecordingGame, Stranger, echo
 
 
 def inputs_of(round: int, stage: int, tasks: int = 2) -> list[StageInput]:

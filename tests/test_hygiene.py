@@ -27,7 +27,7 @@ EXTRAS = {
     "chain": {"web3", "eth_tester", "eth_account", "eth_utils"},
     "hivemind": {"hivemind"},
     "marl": {"jax", "jaxlib", "flax", "optax", "distrax", "jumanji", "chex"},
-    "dashboard": {"starlette", "uvicorn", "playwright"},
+    "dashboard": {"starlette", "uvicorn"},
     "agent": {"grpc"},
     "async": {"ray"},
 }
@@ -158,6 +158,20 @@ def _used_inside_functions(tree: ast.Module) -> set[str]:
             top = node.module.split(".")[0]
             used |= {top} if top in OPTIONAL else set(optional_needs(node.module)) if top == "genrl_swarm" else set()
     return used & OPTIONAL
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
+def test_tests_import_their_helpers_from_helpers_not_conftest(path: Path) -> None:
+    """conftest.py is for pytest (fixtures, hooks): importing it by name works only under pytest's
+    default import mode and ties a test to a file pytest loads by itself. Shared test code lives
+    in tests/helpers/."""
+    found = [
+        node.lineno
+        for node in ast.walk(_parsed(path))
+        if (isinstance(node, ast.ImportFrom) and node.module == "conftest")
+        or (isinstance(node, ast.Import) and any(a.name == "conftest" for a in node.names))
+    ]
+    assert not found, f"{path.name} imports conftest (line {found[0]}): import from helpers instead"
 
 
 def test_the_checker_sees_a_transitive_optional_import() -> None:

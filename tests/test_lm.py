@@ -19,7 +19,7 @@ from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.rewards.reasoning import ReasoningReward
 from genrl_swarm.trainers.grpo import GRPOLearner
 
-from conftest import Echo
+from helpers import Echo
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q")  # greedy replies: 12, 15 and 8 tokens, then EOS

@@ -17,7 +17,7 @@ from genrl_swarm.core.types import Rollout, RoundResult
 from genrl_swarm.games.bandit import ArmPulls, BanditData, BanditReward, SoftmaxPolicy
 from genrl_swarm.games.multistage_math import MultistageMathData, MultistageReward
 
-from conftest import Echo, RecordingGame, echo
+from helpers import Echo, RecordingGame, echo
 
 
 def bandit_round() -> tuple[GameState, BanditData, SoftmaxPolicy, int, int]:

@@ -10,7 +10,7 @@ from genrl_swarm.comm import InMemoryBackend, NullBackend
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import GameConfig, GameManager, Hooks
 
-from conftest import RecordingGame, echo
+from helpers import RecordingGame, echo
 
 
 def manager(log: list[str], **config: object) -> tuple[GameManager, RecordingGame]:

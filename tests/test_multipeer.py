@@ -28,7 +28,7 @@ from genrl_swarm.core import Task
 from genrl_swarm.core.interfaces import ExchangeResult
 from genrl_swarm.core.types import RoundResult
 
-from conftest import Echo, echo
+from helpers import Echo, echo
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 PEERS = ("p0", "p1", "p2", "p3")

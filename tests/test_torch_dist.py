@@ -1,5 +1,5 @@
 """Real gloo process groups on 127.0.0.1: full games, a dead rank, a hung rank, and a hostile
-rank 1 (tests/dist_helpers.py) that corrupts, lies about lengths or forges its sender."""
+rank 1 (tests/helpers.dist.py) that corrupts, lies about lengths or forges its sender."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_llm_game_with_tiny_model_on_two_ranks(tmp_path: Path) -> None:
 def _slow_game(tmp_path: Path, timeout: float) -> list[str]:
     return [
         "--recipe", "bandit", f"run.dir={tmp_path}", "game.max_rounds=50", "game.mode=train",
-        f"game.exchange_timeout={timeout}", "policy._target_=dist_helpers.SlowPolicy", "+policy.delay=0.2",
+        f"game.exchange_timeout={timeout}", "policy._target_=helpers.dist.SlowPolicy", "+policy.delay=0.2",
         "communication=torch", *QUIET,
     ]  # fmt: skip
 
@@ -124,7 +124,7 @@ def test_a_dead_or_hung_rank_stops_the_others_with_a_clear_error(tmp_path: Path,
 
 def _hostile_game(tmp_path: Path, backend: str, *extra: str) -> list[tuple[int, str]]:
     args = ["--recipe", "bandit", f"run.dir={tmp_path}", "game.max_rounds=2", "game.exchange_timeout=20",
-            "communication=torch", f"communication._target_=dist_helpers.{backend}", *extra, *QUIET]  # fmt: skip
+            "communication=torch", f"communication._target_=helpers.dist.{backend}", *extra, *QUIET]  # fmt: skip
     return finish(launch(3, args))
 
 

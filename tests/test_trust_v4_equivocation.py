@@ -17,7 +17,7 @@ from genrl_swarm.core.identity import Identity, verify
 from genrl_swarm.core.interfaces import ExchangeResult
 from genrl_swarm.core.types import Ref
 
-from conftest import Echo
+from helpers import Echo
 
 
 def signed(identity: Identity, round: int, stage: int, content: bytes, signer: Identity | None = None) -> tuple[Commitment, bytes]:

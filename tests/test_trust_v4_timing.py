@@ -18,7 +18,7 @@ from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import GameConfig, GameManager
 from genrl_swarm.core.types import RoundResult
 
-from conftest import RecordingGame, Stranger
+from helpers import RecordingGame, Stranger
 
 
 def play(comms: list[InMemoryBackend], rounds: int, timeout: float) -> dict[str, tuple[list[RoundResult], GameManager]]:

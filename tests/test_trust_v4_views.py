@@ -25,7 +25,7 @@ from genrl_swarm.core.identity import Identity
 from genrl_swarm.core.types import Drop, RoundResult
 from genrl_swarm.games.multistage_math import MultistageMathData, MultistageReward
 
-from conftest import Echo, echo
+from helpers import Echo, echo
 
 TASKS = 5
 
