@@ -72,7 +72,9 @@ def keep(manager: GameManager, state: GameState, rewards: Any) -> None:
     STATES[id(manager)] = state
 
 
-def play(comms: Sequence[InMemoryBackend], rounds: int = 2, timeout: float = 3.0, stages: int = 3) -> dict[str, tuple[list[RoundResult], GameManager]]:
+def play(
+    comms: Sequence[InMemoryBackend], rounds: int = 2, timeout: float = 3.0, stages: int = 3
+) -> dict[str, tuple[list[RoundResult], GameManager]]:
     """Honest multistage_math peers play; their results and managers by peer id."""
     out: dict[str, tuple[list[RoundResult], GameManager]] = {}
 
@@ -138,7 +140,12 @@ def test_an_equivocating_sender_does_not_make_honest_peers_quarantine_each_other
     (r0, r1), manager = out["A"]
     honest = [(d.peer_id, d.stage, d.kind) for d in manager_drops(manager) if d.peer_id != liar.peer_id]
     assert honest == [("B", 1, "view"), ("B", 2, "view")]
-    assert r0.metrics["swarm/refused_s1"] == 1 and r1.metrics["swarm/refused_s1"] == 0 and r1.metrics["swarm/peers_s1"] == 2 and r1.metrics["swarm/peers_s2"] == 2
+    assert (
+        r0.metrics["swarm/refused_s1"] == 1
+        and r1.metrics["swarm/refused_s1"] == 0
+        and r1.metrics["swarm/peers_s1"] == 2
+        and r1.metrics["swarm/peers_s2"] == 2
+    )
     assert sorted(r1.rewards) == ["A", "B"] and r1.dropped == {}
 
 
@@ -192,7 +199,7 @@ def test_a_strangers_posts_under_a_members_id_before_it_joined_do_not_frame_it()
         swarm.post(r, 0, "reveal", "B", payload)
     b = InMemoryBackend(swarm, "B")
     out = play([a, b], stages=1)
-    for peer, other in (("A", "B"), ("B", "A")):
+    for peer in ("A", "B"):
         results, manager = out[peer]
         assert not quarantines(manager) and all(sorted(r.rewards) == ["A", "B"] for r in results)  # before: A quarantined B
 

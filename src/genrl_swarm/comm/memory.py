@@ -99,9 +99,7 @@ class InMemorySwarm:
             self._interrupted = True
             self._cond.notify_all()
 
-    def collect(
-        self, round: int, stage: int, phase: Phase, timeout: float, wait_for: Collection[str] | None = None
-    ) -> dict[str, bytes]:
+    def collect(self, round: int, stage: int, phase: Phase, timeout: float, wait_for: Collection[str] | None = None) -> dict[str, bytes]:
         """Wait until everyone in ``wait_for`` (default: every member) posted for the slot, the
         deadline, or an interrupt; returns the board in posting order."""
         deadline = time.monotonic() + timeout

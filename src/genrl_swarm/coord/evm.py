@@ -204,7 +204,7 @@ def connect(rpc_url: str) -> Any:
 
     w3 = Web3(HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
     try:
-        w3.eth.chain_id
+        _ = w3.eth.chain_id  # the first call that reaches the node
     except Exception as e:  # noqa: BLE001 - any failure here means the node is not reachable
         raise CoordinatorError(f"no JSON-RPC node answers at {rpc_url}: {e}") from e
     return w3
@@ -314,7 +314,9 @@ class EvmCoordinator(Coordinator):
             except ValueError as e:
                 log.warning("%s: round %d: %s; not submitted", self.peer_id, result.round, e)
         if skipped:
-            log.debug("%s: round %d: no confirmed account for %s: their scores stay off chain", self.peer_id, result.round, ", ".join(sorted(skipped)))
+            log.debug(
+                "%s: round %d: no confirmed account for %s: their scores stay off chain", self.peer_id, result.round, ", ".join(sorted(skipped))
+            )
         if not scores:
             log.info("%s: round %d: no score to submit (the chain takes no empty report)", self.peer_id, result.round)
             return

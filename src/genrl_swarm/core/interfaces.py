@@ -21,7 +21,6 @@ from genrl_swarm.core.trust import score_under_budget
 from genrl_swarm.core.types import Ref, Rollout, RoundResult, RoundRewards, StageInput, Task
 
 
-
 class RunInterrupted(Exception):
     """Raised inside a peer's loop when the run was asked to stop (Ctrl-C)."""
 

@@ -160,9 +160,7 @@ class GameState:
         return [
             r
             for r in self.rollouts
-            if (stage is None or r.stage == stage)
-            and (task is None or r.task_id == task)
-            and (peer is None or r.peer_id == peer)
+            if (stage is None or r.stage == stage) and (task is None or r.task_id == task) and (peer is None or r.peer_id == peer)
         ]
 
     def local(self, stage: int | None = None) -> list[Rollout[Any]]:

@@ -173,11 +173,7 @@ class RoundRewards:
     scored: tuple[ScoredRollout, ...]
 
     def select(self, peer: str | None = None, stage: int | None = None) -> list[ScoredRollout]:
-        return [
-            s
-            for s in self.scored
-            if (peer is None or s.rollout.peer_id == peer) and (stage is None or s.rollout.stage == stage)
-        ]
+        return [s for s in self.scored if (peer is None or s.rollout.peer_id == peer) and (stage is None or s.rollout.stage == stage)]
 
     def mean_by_peer(self, stage: int | None = None) -> dict[str, float]:
         sums: dict[str, list[float]] = {}

@@ -35,7 +35,13 @@ class Verdict(enum.IntEnum):
         return _KINDS[self]
 
 
-_KINDS = {Verdict.OK: None, Verdict.FORGED: DropKind.PAYLOAD, Verdict.OVER_BUDGET: DropKind.BUDGET, Verdict.LATE: DropKind.LATE, Verdict.COPY: DropKind.COPY}
+_KINDS = {
+    Verdict.OK: None,
+    Verdict.FORGED: DropKind.PAYLOAD,
+    Verdict.OVER_BUDGET: DropKind.BUDGET,
+    Verdict.LATE: DropKind.LATE,
+    Verdict.COPY: DropKind.COPY,
+}
 
 
 def classify(signed: Bools, size: Ints, max_bytes: int, revealed: Bools, matches: Bools) -> npt.NDArray[np.int8]:

@@ -21,7 +21,8 @@ import hashlib
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, fields as dataclass_fields
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from genrl_swarm.core.trust import LATE_WINDOW, SenderBook
