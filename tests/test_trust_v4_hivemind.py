@@ -29,6 +29,7 @@ from test_trust_v4_views import Questions, Scripted, msm
 
 from helpers import Echo, echo
 
+pytestmark = pytest.mark.slow  # three p2pd daemons
 SWARM, ROUNDS, STAGES = "two-faced", 2, 3
 
 
