@@ -77,3 +77,29 @@ def test_the_start_gate_does_not_eat_the_first_exchanges_deadline() -> None:
     (r0, r1), manager = out["A"]
     assert sorted(r0.rewards) == ["A", "B"] and sorted(r1.rewards) == ["A", "B"]  # before: A played round 0 alone
     assert not manager.book.quarantined(2) and not out_b["B"][1].book.quarantined(2)
+
+
+def test_fresh_ids_at_every_stage_cost_one_short_wait_per_round_in_total() -> None:
+    swarm = InMemorySwarm()
+    comms = [InMemoryBackend(swarm, p) for p in ("A", "B")]
+    rounds, stages, timeout = 2, 3, 6.0
+    for r in range(rounds):
+        for s in range(stages):  # a new id at every stage
+            Stranger(swarm).commit(r, s, b"never revealed")
+    out: dict[str, list[RoundResult]] = {}
+
+    def run(comm: InMemoryBackend) -> None:
+        game = RecordingGame([])
+        config = GameConfig(max_rounds=rounds, num_stages=stages, exchange_timeout=timeout)
+        out[comm.peer_id] = GameManager(game, game, game, game, comm, LocalCoordinator(), config).run()
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in comms]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for results in out.values():
+        per_round = [sum(r.metrics[f"time/exchange_s{s}"] for s in range(stages)) for r in results]
+        # one FRESH_SHARE wait (0.6 s) per round; before: one per stage (1.8 s), and 4.5 s a stage on the old code
+        assert max(per_round) < 1.3, per_round
+        assert all(sorted(r.rewards) == ["A", "B"] for r in results)

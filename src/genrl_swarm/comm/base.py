@@ -20,7 +20,7 @@ and passes on (``Envelope.evidence``).
 Waiting: the reveal phase waits the full deadline only for committers that are members (as the
 transport knows them) and were not late in the last ``LATE_WINDOW`` rounds; others (fresh ids,
 recent stallers) get ``FRESH_SHARE`` of the timeout, so a stream of new ids that commit and never
-reveal costs at most that short wait per stage, and a member that stalls costs one full wait per
+reveal costs at most that short wait once per round, and a member that stalls costs one full wait per
 ``LATE_WINDOW`` rounds. A transport's start gate (``ready``) runs before the deadline starts.
 """
 
@@ -93,6 +93,7 @@ class ByteBackend(Communication):
         self.proofs: dict[str, tuple[int, bytes, bytes]] = {}
         self._late: dict[str, int] = {}  # sender -> last round it was late in (no commitment, or no reveal)
         self.fresh_wait = 0.0  # seconds FRESH_SHARE of the current exchange's timeout is
+        self._fresh_spent = -1  # the round whose short wait a fresh or late committer used up
 
     @classmethod
     def spawn(cls, num_peers: int, **kwargs: Any) -> list[ByteBackend]:
@@ -199,8 +200,12 @@ class ByteBackend(Communication):
         committed = set(commits) | {self.peer_id}
         if all(self.punctual(p, round) for p in committed - {self.peer_id}):  # the usual case: one wait
             return self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), committed)
-        first = self._exchange_bytes(round, stage, "reveal", payload, min(self.fresh_wait, _left(deadline)), committed)
-        waited = {p for p in committed - first.payloads.keys() if self.punctual(p, round)}
+        short = 0.0 if self._fresh_spent == round else min(self.fresh_wait, _left(deadline))
+        first = self._exchange_bytes(round, stage, "reveal", payload, short, committed)
+        missing = committed - first.payloads.keys()
+        if any(not self.punctual(p, round) for p in missing):
+            self._fresh_spent = round  # wasted on an id that never revealed: once per round, not per stage
+        waited = {p for p in missing if self.punctual(p, round)}
         if not waited or _left(deadline) <= 0:
             return first
         rest = self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), waited | {self.peer_id})
