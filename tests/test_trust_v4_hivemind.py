@@ -102,3 +102,38 @@ def test_an_equivocating_hivemind_peer_is_proven_and_honest_peers_keep_each_othe
         assert other.peer_id not in manager.book.reasons, manager.book.reasons  # before: B quarantined A
         assert manager.book.reasons[liar.peer_id].startswith("equivocation")
         assert sorted(r1.rewards) == sorted([a.peer_id, b.peer_id]) and r1.metrics["swarm/peers_s2"] == 2
+
+
+@pytest.mark.xfail(
+    strict=True, reason="HivemindBackend opens its min_peers gate inside the first exchange; it belongs in ready() (issue 28, point 3)"
+)
+def test_peers_started_by_hand_seconds_apart_keep_each_other_in_round_0() -> None:
+    """The README's flow typed by hand: the second peer starts later than the exchange timeout.
+    The first waits at its ``min_peers`` gate; that wait must not eat its first exchange's
+    deadline (before: it dropped the second as late in round 0)."""
+    from helpers import RecordingGame
+
+    pytest.importorskip("hivemind")
+    timeout, out = 3.0, dict[str, list[RoundResult]]()
+    first = HivemindBackend(swarm="by-hand", min_peers=2, min_peers_timeout=60.0, liveness_timeout=3.0)
+    peers = [first]
+
+    def run(comm: HivemindBackend) -> None:
+        game = RecordingGame([])
+        config = GameConfig(max_rounds=2, exchange_timeout=timeout)
+        out[comm.peer_id] = GameManager(game, game, game, game, comm, LocalCoordinator(), config).run()
+
+    try:
+        threads = [threading.Thread(target=run, args=(first,))]
+        threads[0].start()
+        time.sleep(timeout + 2)  # typed by hand, later than the exchange timeout
+        peers.append(HivemindBackend(initial_peers=first.visible_maddrs(), swarm="by-hand", min_peers=2, liveness_timeout=3.0))
+        threads.append(threading.Thread(target=run, args=(peers[1],)))
+        threads[1].start()
+        for t in threads:
+            t.join(120)
+    finally:
+        for p in peers:
+            p.close()
+    both = sorted(p.peer_id for p in peers)
+    assert all(sorted(r.rewards) == both for results in out.values() for r in results), {p: [sorted(r.rewards) for r in rs] for p, rs in out.items()}
