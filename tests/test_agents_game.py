@@ -16,7 +16,7 @@ from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.core import Episode, GameState, Task, Turn
 from genrl_swarm.games.agent import AgentData, AgentReward, agent_task
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # LM episodes on the environment service
 
 
 @pytest.fixture(scope="module")

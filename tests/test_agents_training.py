@@ -21,7 +21,7 @@ from genrl_swarm.core import Episode, GameState, Rollout, RoundRewards, ScoredRo
 from genrl_swarm.games.agent import agent_task
 from genrl_swarm.trainers.grpo_loss import grpo_loss
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # LM training
 LIMITS = {"max_turns": 3, "max_tokens": 1000}  # the tiny tokenizer spends ~520 ids on a calculator prompt
 
 

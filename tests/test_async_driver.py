@@ -24,6 +24,8 @@ from genrl_swarm.async_grpo.pipeline import AsyncPipeline  # noqa: E402
 from genrl_swarm.async_grpo.weight_sync import export_state  # noqa: E402
 from genrl_swarm.core import TokenRollout, TokenSample  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a Ray cluster
+
 
 class Ref:
     """Stands for an ObjectRef: ``ray.get`` (patched) returns ``value``."""

@@ -23,6 +23,8 @@ from genrl_swarm.config import load_recipe  # noqa: E402
 from genrl_swarm.core import GameManager, TokenRollout  # noqa: E402
 from genrl_swarm.run.launcher import build_managers, run_managers  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a Ray cluster
+
 ROUNDS = 3
 
 

@@ -22,6 +22,8 @@ from genrl_swarm.core import RewardManager, Rollout, StageInput, Task  # noqa: E
 from genrl_swarm.data.reasoning_gym import ReasoningGymData  # noqa: E402
 from genrl_swarm.lm.policy import LMPolicy  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a Ray cluster
+
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 SAMPLING = {"num_generations": 4, "max_new_tokens": 12}
 

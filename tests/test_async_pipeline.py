@@ -27,6 +27,8 @@ from genrl_swarm.data.reasoning_gym import ReasoningGymData  # noqa: E402
 from genrl_swarm.lm.policy import LMPolicy  # noqa: E402
 from genrl_swarm.trainers.grpo import GRPOLearner  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a Ray cluster
+
 POLICY = {"model": "tiny-random", "sampling": {"num_generations": 4, "max_new_tokens": 12}}
 GRPO = {"learning_rate": 1e-3, "num_local": -1, "num_external": 0, "micro_batch_size": 4}
 SEED = 5

@@ -17,9 +17,10 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 GANACHE = ROOT / "contracts" / "node_modules" / ".bin" / "ganache"
-pytestmark = pytest.mark.skipif(
-    not GANACHE.exists() or shutil.which("node") is None, reason="needs Node and `npm install` in contracts/"
-)
+pytestmark = [
+    pytest.mark.slow,  # ganache and the EVM
+    pytest.mark.skipif(not GANACHE.exists() or shutil.which("node") is None, reason="needs Node and `npm install` in contracts/"),
+]
 
 
 def free_port() -> int:

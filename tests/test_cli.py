@@ -125,6 +125,7 @@ def test_train_sh_missing_recipe_lists_recipes_without_torchrun(tmp_path: Path) 
     assert not (tmp_path / "logs").exists()  # torchrun never started
 
 
+@pytest.mark.slow  # torchrun
 def test_train_sh_checks_overrides_then_passes_the_torch_group(tmp_path: Path) -> None:
     bad = _train_sh(tmp_path, "1", "1", "bandit", "recipe.yaml", "learner.lr=hot")
     assert bad.returncode == 2 and bad.stderr.strip() == "genrl-swarm: recipe error: learner.lr: expected float, got 'hot'"
@@ -139,6 +140,7 @@ def test_train_sh_checks_overrides_then_passes_the_torch_group(tmp_path: Path) -
     assert "run --recipe multistage_math/msm_dapodata_grpo.yaml communication=torch swarm.num_peers=1 game.max_rounds=1" in launched
 
 
+@pytest.mark.slow  # mypy --strict over core
 def test_core_type_checks_strict() -> None:
     root = ROOT / "src" / "genrl_swarm"
     out = subprocess.run(

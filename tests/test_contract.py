@@ -20,6 +20,8 @@ from web3.providers.eth_tester import EthereumTesterProvider  # noqa: E402
 from genrl_swarm.coord.evm import ChainClient, ContractRevert, EvmCoordinator, artifact  # noqa: E402
 from genrl_swarm.core.types import RoundResult  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the contract on an in-process EVM
+
 ROOT = Path(__file__).parents[1]
 SCALE = 1_000_000
 MAX_SCORE = 10**6 * SCALE

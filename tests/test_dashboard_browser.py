@@ -22,6 +22,8 @@ from genrl_swarm.run.events import EVENTS_FILE  # noqa: E402
 from genrl_swarm.dashboard.runs import RunWatcher  # noqa: E402
 from test_dashboard_data import tamper_reveal, write_rows  # noqa: E402
 
+pytestmark = pytest.mark.slow  # Chromium
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Without the background-networking flags Chromium's own connections get refused many at a time here.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]

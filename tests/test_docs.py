@@ -85,6 +85,7 @@ def test_every_page_is_in_the_nav() -> None:
     assert listed - pages == set(), f"nav entries without a page: {sorted(listed - pages)}"
 
 
+@pytest.mark.slow  # a whole mkdocs build
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     """``mkdocs build --strict``: a broken link, a missing anchor or an API reference that does
     not resolve fails the build."""

@@ -37,6 +37,8 @@ from genrl_swarm.envd.protocol import WorkerReply
 from genrl_swarm.envd.server import EnvServer
 from genrl_swarm.envd.workers import WorkerLink
 
+pytestmark = pytest.mark.slow  # gRPC servers and worker processes
+
 T = TypeVar("T")
 TASKS = ("calculator", "sql", "kvstore", "probe")
 EXE = shutil.which("genrl-swarm", path=str(Path(sys.executable).parent))

@@ -29,7 +29,7 @@ from bench_fuzz import (  # noqa: E402
 
 from genrl_swarm.core.identity import Identity  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # hypothesis over every body type
 FUZZ = settings(max_examples=220, deadline=timedelta(seconds=2), suppress_health_check=list(HealthCheck), print_blob=True)
 _built: dict[str, Arena] = {}
 

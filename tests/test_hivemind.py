@@ -35,6 +35,8 @@ from genrl_swarm.comm.hivemind.dht import HivemindBackend  # noqa: E402
 from genrl_swarm.comm.hivemind.members import MemberRecord, attested_round, members_key, open_member, seal  # noqa: E402
 from genrl_swarm.comm.hivemind.process import running  # noqa: E402
 
+pytestmark = pytest.mark.slow  # p2pd daemons
+
 ROOT = Path(__file__).parents[1]
 LIVENESS = 1.5
 

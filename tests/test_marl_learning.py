@@ -17,6 +17,8 @@ from genrl_swarm.marl.config import EnvConfig, SystemConfig  # noqa: E402
 from genrl_swarm.marl.replay import env_keys  # noqa: E402
 from genrl_swarm.marl.team import Team, batch_of, mean_return, side_by_side, team_for  # noqa: E402
 
+pytestmark = pytest.mark.slow  # JAX training
+
 
 def tiny(**system: object) -> Team:
     spec = resolve(load_recipe("marl/tiny"))

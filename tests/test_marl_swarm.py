@@ -24,6 +24,8 @@ from genrl_swarm.marl import sharing  # noqa: E402
 from genrl_swarm.marl.replay import verifier_for  # noqa: E402
 from genrl_swarm.run.launcher import build_managers, run_managers  # noqa: E402
 
+pytestmark = pytest.mark.slow  # JAX training
+
 #: The tiny recipe (5x5 LBF, 8 environments x 25 steps), quiet, no final absolute evaluation.
 TINY = ["learner.total_rounds=100", "run.tensorboard=false", "run.console=false", "run.plot=false"]
 

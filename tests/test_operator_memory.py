@@ -18,6 +18,8 @@ from genrl_swarm.core.game import GameManager
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.launcher import RunSummary, build_managers, run_managers
 
+pytestmark = pytest.mark.slow  # ten thousand rounds
+
 ROUNDS, FROM = 10_000, 2_000
 PER_ROUND_LIMIT = 100  # bytes retained per round; keeping each RoundResult costs about 2,000
 

@@ -20,6 +20,8 @@ from genrl_swarm.games.bandit import SoftmaxPolicy
 from genrl_swarm.run.checkpoint import STATE_FILE, latest_checkpoint
 from genrl_swarm.run.metrics import MetricsLogger, read_metrics
 
+pytestmark = pytest.mark.slow  # peer processes stopped by signals
+
 TESTS = Path(__file__).parent
 QUIET = ["run.tensorboard=false", "run.plot=false", "run.console=false", "game.mode=train"]
 SLOW = ["policy._target_=test_operator_stop.SlowSavePolicy", "+policy.delay=0.05"]

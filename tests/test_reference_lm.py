@@ -24,7 +24,7 @@ from genrl_swarm.core import Task, TokenRollout
 from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.lm.sampling import pick
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # sampling statistics over many draws
 #: Greedy replies of the tiny model end on EOS after 12, 15 and 8 tokens.
 QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q")
 #: 0.999 quantiles of chi-square by degrees of freedom: a correct sampler fails 1 time in 1000

@@ -14,6 +14,8 @@ from genrl_swarm.data.digits import DigitArithmeticData
 from genrl_swarm.data.reasoning_gym import ReasoningGymData
 from genrl_swarm.trainers.selection import draw_external, sapo_select
 
+pytestmark = pytest.mark.slow  # LM training
+
 
 class Answer(Body, frozen=True, tag="sapo-answer"):
     text: str

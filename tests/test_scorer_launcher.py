@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from genrl_swarm.config import load_recipe
 from genrl_swarm.core import StageInput
 from genrl_swarm.core.game import GameManager
 from genrl_swarm.run.launcher import build_managers, run_managers
+
+pytestmark = pytest.mark.slow  # LM runs with sandboxed scorers
 
 
 def hostile(manager: GameManager, completion: str) -> None:

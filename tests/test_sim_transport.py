@@ -22,6 +22,8 @@ from genrl_swarm.comm.hivemind.dht import HivemindBackend  # noqa: E402
 from genrl_swarm.comm.hivemind.process import kill_all, p2pd_of  # noqa: E402
 from test_hivemind import backend, play, wait_until  # noqa: E402
 
+pytestmark = pytest.mark.slow  # four p2pd peers
+
 SWARM = "agree"
 LIVENESS = 6.0  # long enough to exchange with a killed peer still counted as live
 

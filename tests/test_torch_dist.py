@@ -16,6 +16,8 @@ import pytest
 from genrl_swarm.comm.torch_dist import layout
 from genrl_swarm.run.metrics import read_metrics
 
+pytestmark = pytest.mark.slow  # torchrun ranks over gloo
+
 ROOT = Path(__file__).parents[1]
 QUIET = ["run.tensorboard=false", "run.plot=false"]
 

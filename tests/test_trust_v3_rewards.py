@@ -81,6 +81,7 @@ def test_one_hostile_peer_of_three_cannot_move_the_honest_rewards(tmp_path: Path
     assert chain.wins(2) == [0] and sum(chain.wins(0, 1)) == 3
 
 
+@pytest.mark.slow  # settles on the EVM
 def test_sybil_scores_do_not_run_settlement_out_of_gas(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """80 Sybil accounts each score 20 of themselves at the maximum on a chain of 2.5M-gas blocks;
     the honest stage manager settles the round in pages (old contract: one finalizeRound over
