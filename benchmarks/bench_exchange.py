@@ -156,7 +156,7 @@ def bandit(kind: str, world: int, rounds: int, tmp: str) -> list[float]:
             first = subprocess.Popen([*swarm, "--identity", os.path.join(tmp, "p0.key")], stdout=sink, stderr=subprocess.STDOUT)
             end, maddr = time.monotonic() + 120, ""
             while not maddr and time.monotonic() < end:
-                maddr = next((x.rsplit(" ", 1)[1] for x in open(log_path).read().splitlines() if "--initial-peers " in x), "")
+                maddr = next((x.rsplit(" ", 1)[1] for x in Path(log_path).read_text().splitlines() if "--initial-peers " in x), "")
                 time.sleep(0.1)
             join = ["--initial-peers", maddr]
             others = [subprocess.Popen([*swarm, "--identity", os.path.join(tmp, f"p{i}.key"), *join], **quiet) for i in range(1, world)]  # type: ignore[call-overload]

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from genrl_swarm import __version__
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.coord.errors import CoordinatorError
 from genrl_swarm.config import RecipeError, check_components, load_recipe, packaged_recipes, resolve, validate
+from genrl_swarm.coord.errors import CoordinatorError
 from genrl_swarm.core.identity import IdentityError
 from genrl_swarm.run.rundir import RunDirError
 from genrl_swarm.run.stopping import Terminated, exit_status, terminate_like_interrupt
@@ -43,7 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", nargs="*", help="Hydra overrides")
     swarm = sub.add_parser("swarm", help="join (or start) a decentralized swarm: communication=hivemind, one peer")
     swarm.add_argument("--recipe", required=True, help=recipe_help)
-    swarm.add_argument("--initial-peers", action="append", default=[], metavar="MADDR", help="a running peer's multiaddr (repeat for several, or $GENRL_SWARM_INITIAL_PEERS); none: start a new swarm")
+    swarm.add_argument(
+        "--initial-peers",
+        action="append",
+        default=[],
+        metavar="MADDR",
+        help="a running peer's multiaddr (repeat for several, or $GENRL_SWARM_INITIAL_PEERS); none: start a new swarm",
+    )
     swarm.add_argument("--identity", default=None, help="identity file: this peer keeps its peer id across restarts")
     _add_existing(swarm)
     swarm.add_argument("overrides", nargs="*")
@@ -199,7 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if summary.plot is not None:
         print(f"reward curve: {summary.plot}")
     if summary.interrupted:
-        print(f"stopped: every peer saved its last finished round; continue with: {resume_command(sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
+        print(
+            f"stopped: every peer saved its last finished round; continue with: {resume_command(sys.argv[1:] if argv is None else argv)}",
+            file=sys.stderr,
+        )
         return exit_status(summary.stopped_by or signal.SIGINT)
     return 0
 

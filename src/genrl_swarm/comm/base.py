@@ -26,6 +26,7 @@ reveal costs at most that short wait once per round, and a member that stalls co
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -259,7 +260,7 @@ class ByteBackend(Communication):
             if sender in self.quarantined or sender == self.peer_id:
                 continue
             try:
-                record = open_commitment(blob, lambda message, signature: self.verify(sender, message, signature))
+                record = open_commitment(blob, functools.partial(self.verify, sender))
                 where = (record.swarm, record.round, record.stage, record.sender)
                 if where != (self.swarm_id, round, stage, sender):
                     raise PayloadError(f"commitment is for {where}, not ({self.swarm_id!r}, {round}, {stage}, {sender!r})")

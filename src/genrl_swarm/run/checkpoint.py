@@ -12,8 +12,8 @@ import logging
 import os
 import shutil
 import tempfile
-from pathlib import Path
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)

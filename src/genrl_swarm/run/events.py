@@ -61,7 +61,9 @@ class EventLog:
         return self
 
     def on_stage(self, manager: GameManager, state: GameState, stage: int, exchange: ExchangeResult) -> None:
-        self._write(kind="stage", round=state.round, stage=stage, got=len(exchange.received), expected=exchange.expected, dropped=len(exchange.dropped))
+        self._write(
+            kind="stage", round=state.round, stage=stage, got=len(exchange.received), expected=exchange.expected, dropped=len(exchange.dropped)
+        )
 
     def on_rewards(self, manager: GameManager, state: GameState, rewards: RoundRewards) -> None:
         """Every drop of the round is in ``state.drops`` once the rewards are scored."""

@@ -34,8 +34,8 @@ from genrl_swarm.config import (
     validate,
 )
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
-from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.identity import IdentityError
+from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint
@@ -60,7 +60,9 @@ class RunSummary:
     stopped_by: signal.Signals | None = None  # SIGINT or SIGTERM, when a signal stopped the run
 
 
-def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None, overwrite: bool = False) -> tuple[list[GameManager], RunConfig]:
+def build_managers(
+    cfg: DictConfig, resume: bool = False, stream: TextIO | None = None, overwrite: bool = False
+) -> tuple[list[GameManager], RunConfig]:
     """Check the whole recipe, then build one GameManager per peer hosted here, each holding
     the lock on its peer directory (a directory that holds a run needs ``resume`` or ``overwrite``)."""
     spec = resolve(cfg, rank=0)
@@ -73,7 +75,9 @@ def build_managers(cfg: DictConfig, resume: bool = False, stream: TextIO | None 
     if not (isinstance(comm_cls, type) and issubclass(comm_cls, ByteBackend)):
         raise RecipeError("communication._target_: must name a ByteBackend subclass")
     if under_torchrun() and comm_cls.in_process:
-        raise RecipeError(f"communication: {comm_cls.__name__} keeps the swarm inside one process, but this is a torchrun rank: pass communication=torch (scripts/train.sh does)")
+        raise RecipeError(
+            f"communication: {comm_cls.__name__} keeps the swarm inside one process, but this is a torchrun rank: pass communication=torch (scripts/train.sh does)"
+        )
     comm_kwargs = {k: v for k, v in spec["communication"].items() if k != "_target_"}
     try:
         Path(run.dir).mkdir(parents=True, exist_ok=True)
@@ -136,7 +140,16 @@ def _build_peer(
 
 
 def _build_game(
-    cfg: DictConfig, comm: ByteBackend, rank: int, directory: Path, *, game: GameConfig, trust: TrustConfig, run: RunConfig, shared: Coordinator | None, resume: bool
+    cfg: DictConfig,
+    comm: ByteBackend,
+    rank: int,
+    directory: Path,
+    *,
+    game: GameConfig,
+    trust: TrustConfig,
+    run: RunConfig,
+    shared: Coordinator | None,
+    resume: bool,
 ) -> GameManager:
     spec = resolve(cfg, rank)
     coordinator: Coordinator = shared or instantiate(spec["coordinator"], "coordinator")  # per peer: its own account
@@ -152,12 +165,20 @@ def _build_game(
         coordinator.restore(comm.peer_id, float(saved.get("cumulative_reward", 0.0)), int(saved.get("wins", 0)))
         manager.start_round, carried = checkpoint[0] + 1, saved.get(ROW_KEY)
         comm.resume_at(manager.start_round)  # the transport counts catch-up jumps from here, not round 0
-        log.info("%s resumes from %s at round %d (cumulative reward %.3f)", comm.peer_id, checkpoint[1], manager.start_round, saved.get("cumulative_reward", 0.0))
+        log.info(
+            "%s resumes from %s at round %d (cumulative reward %.3f)",
+            comm.peer_id,
+            checkpoint[1],
+            manager.start_round,
+            saved.get("cumulative_reward", 0.0),
+        )
     elif resume:
         log.info("%s: no checkpoint in %s, starting at round 0", comm.peer_id, directory / "checkpoints")
     # The checkpoint first: a peer killed between the two hooks then has the round's training
     # saved, and the checkpoint carries the round's row, so the resumed run writes it again.
-    checkpointer = Checkpointer(directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds, run.learner_state_in_latest_only)
+    checkpointer = Checkpointer(
+        directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds, run.learner_state_in_latest_only
+    )
     manager.hooks.after_round.append(checkpointer)
     manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round, carried=carried))
     EventLog(directory).attach(manager)  # backend, stage progress, drop and quarantine reasons (the dashboard reads them)

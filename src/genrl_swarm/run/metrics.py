@@ -53,7 +53,12 @@ class MetricsLogger:
         kept = [row for row in rows if row.get("round", -1) < start_round]
         if len(kept) < len(rows):
             dropped = sorted({row.get("round", -1) for row in rows} - {row["round"] for row in kept})
-            log.info("%s: rounds %d-%d were played after the checkpoint this run resumes from: their rows are removed and the rounds played again", self.path, dropped[0], dropped[-1])
+            log.info(
+                "%s: rounds %d-%d were played after the checkpoint this run resumes from: their rows are removed and the rounds played again",
+                self.path,
+                dropped[0],
+                dropped[-1],
+            )
         if self.path.exists():  # also drops a row cut short by a kill; renamed into place, so a kill now loses nothing
             write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept))
         if carried is not None and carried.get("round") == start_round - 1 and not any(row.get("round") == carried["round"] for row in kept):

@@ -53,7 +53,7 @@ class Simulation:
                 pop.start[joined & (pop.start < pop.joined_at + lookup)] += lookup
                 pop.renew(now, round)
                 live = pop.view.servers(now)
-                honest = [p for p in np.flatnonzero(pop.alive & pop.honest)[:1]]
+                honest = list(np.flatnonzero(pop.alive & pop.honest)[:1])
                 if honest and pop.view.catch_up(pop.ids[honest[0]], round, now, cfg.quorum, cfg.max_jump) > round:
                     self.far_future_moves += 1
                 play = gossip.play if isinstance(strategy, Gossip) else pull.play

@@ -28,8 +28,7 @@ log = logging.getLogger(__name__)
 PEERS_ENV = "GENRL_SWARM_INITIAL_PEERS"
 #: Never advise deleting an identity: its peer id names the run directory --resume reads.
 KEEP_IDENTITY = (
-    "restore the original file (run directories are named after the peer id it holds), "
-    "or pass another --identity path to start a NEW peer"
+    "restore the original file (run directories are named after the peer id it holds), or pass another --identity path to start a NEW peer"
 )
 NEW_PEER = "pass another --identity path to start a NEW peer"
 
@@ -74,7 +73,9 @@ def check_port_free(addr: Any, text: str) -> None:
             probe.bind((host, int(addr.value_for_protocol("tcp"))))
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
-                raise SwarmFailure(f"port in use: cannot listen on {text}: another process (another peer's p2pd?) listens there; pick a free port or /tcp/0") from e
+                raise SwarmFailure(
+                    f"port in use: cannot listen on {text}: another process (another peer's p2pd?) listens there; pick a free port or /tcp/0"
+                ) from e
 
 
 class IdentityLock:

@@ -205,7 +205,9 @@ class HivemindBackend(ByteBackend):
             del self.plans[old]
         return plan
 
-    async def _pull(self, slot: tuple[int, int, str], data: bytes, targets: list[str], limit: int, timeout: float, enough: int | None) -> dict[str, bytes]:
+    async def _pull(
+        self, slot: tuple[int, int, str], data: bytes, targets: list[str], limit: int, timeout: float, enough: int | None
+    ) -> dict[str, bytes]:
         self.store.put(slot, data)
         deadline = asyncio.get_running_loop().time() + timeout
         return await self.puller.pull(targets, slot, deadline, limit, self._wanted, self._redial, self._stopped, enough)

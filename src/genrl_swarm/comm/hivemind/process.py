@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-
 #: Descriptors of the identity locks this process holds; a forked DHT process closes its copies.
 LOCK_FDS: set[int] = set()
 
