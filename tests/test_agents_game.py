@@ -10,6 +10,7 @@ import pytest
 transformers = pytest.importorskip("transformers")  # the tiny model's tokenizer and weights
 
 from genrl_swarm.agents.episodes import ReplayMismatch, Session, task_spec
+pytest.importorskip("torch")
 from genrl_swarm.agents.policy import AgentPolicy
 from genrl_swarm.agents.shared_env import shared_env
 from genrl_swarm.envd.tasks import TASKS

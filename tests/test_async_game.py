@@ -17,6 +17,7 @@ import pytest
 ray = pytest.importorskip("ray")
 transformers = pytest.importorskip("transformers")  # the peers and workers are LMPolicy replicas
 
+pytest.importorskip("torch")
 from genrl_swarm.async_grpo.acting import WorkerPolicy  # noqa: E402
 from genrl_swarm.async_grpo.peer import AsyncGRPOLearner  # noqa: E402
 from genrl_swarm.config import load_recipe  # noqa: E402

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+pytest.importorskip("torch")
 import torch
 
 ray = pytest.importorskip("ray")

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import pytest
+pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.trainers.grpo_loss import clipped_surrogate, group_advantages, grpo_loss, k3_kl

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 import pytest
+pytest.importorskip("torch")
 import torch
 
 import genrl_swarm.trainers.logprobs as logprobs

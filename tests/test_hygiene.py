@@ -23,6 +23,7 @@ SRC = ROOT / "src"
 # Import names of the packages behind pyproject's optional extras, by extra (an extra installs as
 # a unit, so guarding one of its packages guards them all). Core and dev dependencies are not here.
 EXTRAS = {
+    "torch": {"torch"},  # also in examples, agent and async: the paradigms that train with it
     "examples": {"transformers", "tokenizers", "reasoning_gym", "peft", "matplotlib", "gguf"},
     "chain": {"web3", "eth_tester", "eth_account", "eth_utils"},
     "hivemind": {"hivemind"},
@@ -177,8 +178,9 @@ def test_tests_import_their_helpers_from_helpers_not_conftest(path: Path) -> Non
 def test_the_checker_sees_a_transitive_optional_import() -> None:
     """genrl_swarm.games.marl imports jax through genrl_swarm.marl: the checker must know."""
     assert {"jax", "jumanji"} <= optional_needs("genrl_swarm.games.marl")
-    assert not optional_needs("genrl_swarm.lm.policy")  # transformers is imported where it is used
+    assert optional_needs("genrl_swarm.lm.policy") == {"torch"}  # transformers is imported where it is used
     assert not optional_needs("genrl_swarm.core.types")
+    assert not optional_needs("genrl_swarm.run.launcher")  # the core install has no torch (tests/test_torchless.py)
 
 
 def test_a_hang_fails_instead_of_blocking() -> None:

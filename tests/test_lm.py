@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.core import GameState, RoundRewards, Rollout, RunInterrupted, ScoredRollout, StageInput, Task, TokenRollout, TokenSample, Weights

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import pytest
+pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.core import GameState, RoundRewards, Rollout, ScoredRollout, Task, TokenRollout, TokenSample

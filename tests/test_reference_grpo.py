@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.core import GameState, RoundRewards, Rollout, ScoredRollout, Task, TokenRollout, TokenSample

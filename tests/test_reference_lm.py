@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.core import Task, TokenRollout

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")
 from genrl_swarm.comm.torch_dist import layout
 from genrl_swarm.run.metrics import read_metrics
 

@@ -8,10 +8,12 @@ ImportError an install without torch raises; the parent's torch is no help to it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from genrl_swarm.run.tensorboard import ScalarWriter
@@ -53,6 +55,20 @@ def test_the_core_and_the_bandit_run_without_torch(tmp_path: Path) -> None:
         rows = [json.loads(line) for line in (tmp_path / peer / "metrics.jsonl").read_text().splitlines()]
         assert [row["round"] for row in rows] == [0, 1, 2]
         assert list((tmp_path / peer / "tb").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow  # imports every test module (jax, ray, hivemind, ...)
+def test_the_suite_collects_without_torch_every_torch_module_skips() -> None:
+    """The test suite on a core install: modules that need torch skip (tests/test_hygiene.py
+    checks the guards statically; this checks them for real), none fails to import."""
+    script = (
+        BLOCK_TORCH + f"import pytest, sys\nsys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', {str(Path(__file__).parent)!r}]))"
+    )
+    env = {**os.environ, "GENRL_SWARM_NO_SKIPS": "0"}  # the skips are the point here
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    skipped = {Path(line.split()[2].split(":")[0]).name for line in out.stdout.splitlines() if line.startswith("SKIPPED")}
+    assert {"test_grpo_loss.py", "test_lm.py", "test_torch_dist.py"} <= skipped
 
 
 def test_tensorboard_shows_a_resumed_runs_rounds_once(tmp_path: Path) -> None:

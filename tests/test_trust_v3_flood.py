@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.games.bandit.game import PLAUSIBLE_LOG_RATIO, ArmPulls, capped_sender_shares, consistent_claims, importance_weight
