@@ -168,9 +168,7 @@ def test_a_commitment_for_another_place_is_dropped_with_where_it_was_for() -> No
     record = Commitment("genrl-swarm", 0, 0, liar.peer_id, hashlib.sha256(b"payload").digest(), 7)
     swarm.post(1, 0, "commit", liar.peer_id, encode_signed("commit", record, liar.identity.sign))  # round 0's, posted for 1
     result = me.exchange(1, 0, [], timeout=0.3, body_type=Echo)
-    assert result.dropped[liar.peer_id] == (
-        f"commitment is for ('genrl-swarm', 0, 0, '{liar.peer_id}'), not ('genrl-swarm', 1, 0, '{liar.peer_id}')"
-    )
+    assert result.dropped[liar.peer_id] == (f"commitment is for ('genrl-swarm', 0, 0, '{liar.peer_id}'), not ('genrl-swarm', 1, 0, '{liar.peer_id}')")
 
 
 def test_a_commitment_over_the_size_limit_is_dropped_unread() -> None:
@@ -194,7 +192,7 @@ def test_a_reveal_of_another_size_or_type_does_not_match(caplog: pytest.LogCaptu
     swarm.post(0, 0, "reveal", odd.peer_id, bytearray(payload))  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="genrl_swarm.comm.base"):
         result = me.exchange(0, 0, [], timeout=0.3, body_type=Echo)
-    assert result.dropped == {p: "revealed payload does not match its commitment" for p in (short.peer_id, odd.peer_id)}
+    assert result.dropped == dict.fromkeys((short.peer_id, odd.peer_id), "revealed payload does not match its commitment")
     assert f"me dropped payload from {short.peer_id} (r0/s0): revealed payload does not match its commitment" in caplog.text
 
 
@@ -223,7 +221,7 @@ def test_the_exchange_result_carries_sizes_accounts_and_own_bodies_first() -> No
     for peer, result in out.items():
         assert next(iter(result.received)) == peer
         assert result.received == {p: (body(p),) for p in result.received} and sorted(result.received) == ["a", "b", "c"]
-        assert result.sizes == {p: size for p in "abc"} and result.accounts == {"a": "0xA", "c": "0xC"}
+        assert result.sizes == dict.fromkeys("abc", size) and result.accounts == {"a": "0xA", "c": "0xC"}
         assert result.expected == 3 and result.dropped == {}
 
 
@@ -693,7 +691,9 @@ def test_a_quiet_member_is_reported_with_when_it_was_last_heard_of(
     with caplog.at_level(logging.INFO, logger="genrl_swarm.comm.hivemind.membership"):
         a.refresh()
     (line,) = messages(caplog)
-    found = re.fullmatch(rf"{a.peer_id}: peer {b.peer_id} stopped renewing its membership \(last heard of (\d+\.\d)s ago\); no longer waited for", line)
+    found = re.fullmatch(
+        rf"{a.peer_id}: peer {b.peer_id} stopped renewing its membership \(last heard of (\d+\.\d)s ago\); no longer waited for", line
+    )
     assert found and abs(float(found.group(1)) - heard) < 0.35, line
 
 

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from genrl_swarm.comm import InMemoryBackend, InMemorySwarm
-from genrl_swarm.comm.codec import Codec
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import Body, GameConfig, GameManager, GameState, RoundResult, StageInput, tie_break
 from genrl_swarm.core.trust import TrustConfig
@@ -78,7 +77,9 @@ def test_a_three_way_tie_has_the_same_per_round_winner_on_every_peer() -> None:
         assert all(results[p][r].rewards == dict.fromkeys(peers, 0.5) for p in peers)
 
 
-def alone_with(*strangers_posts: tuple[Stranger, int, int, list[Body]], rounds: int = 1, stages: int = 1, **trust: Any) -> tuple[list[RoundResult], GameManager]:
+def alone_with(
+    *strangers_posts: tuple[Stranger, int, int, list[Body]], rounds: int = 1, stages: int = 1, **trust: Any
+) -> tuple[list[RoundResult], GameManager]:
     """One honest peer "me" plays while strangers' posts wait on the board."""
     swarm = InMemorySwarm()
     comm = InMemoryBackend(swarm, "me")
@@ -140,9 +141,7 @@ def test_late_and_unreadable_senders_are_told_apart_and_only_the_unreadable_one_
 def test_a_sender_over_budget_is_not_recorded_and_its_size_is_what_it_committed_to() -> None:
     inputs = inputs_of(0, 0)
     big, fine = Stranger(None), Stranger(None)
-    (result,), manager = alone_with(
-        (big, 0, 0, [echo(i, "a", "a", "a") for i in inputs]), (fine, 0, 0, [echo(i, "a") for i in inputs]), max_units=4
-    )
+    (result,), manager = alone_with((big, 0, 0, [echo(i, "a", "a", "a") for i in inputs]), (fine, 0, 0, [echo(i, "a") for i in inputs]), max_units=4)
     assert result.dropped == {big.peer_id: 1} and sorted(result.rewards) == sorted(["me", fine.peer_id])
     assert result.metrics["swarm/peers_s0"] == 2 and result.metrics["trust/dropped_budget"] == 1
     assert manager.book.reasons[big.peer_id] == "budget: 6 tokens/steps, over trust.max_units=4"
@@ -217,7 +216,7 @@ def test_stage_inputs_that_fail_on_a_sender_drop_it_and_this_peers_failure_is_ra
     (result,) = manager.run()
     assert result.dropped == {bad.peer_id: 1} and sorted(result.rewards) == sorted(["me", good.peer_id])
     assert {i.stage for i in game.seen_inputs} == {0, 1}  # stage 1 was built, without the culprit
-    (culprit,) = [d for d in seen[0].drops]
+    (culprit,) = seen[0].drops
     assert (culprit.stage, culprit.task_id, culprit.kind) == (1, None, "scoring")
     assert culprit.reason == "building stage-1 inputs failed: ValueError: cannot parse b"
     assert bad.peer_id not in seen[0].peers() and good.peer_id in seen[0].peers(stage=0)

@@ -12,8 +12,8 @@ import math
 import os
 import stat
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -64,7 +64,7 @@ from genrl_swarm.core.identity import (
 )
 from genrl_swarm.core.trust import LATE_WINDOW, SenderBook, TrustConfig
 
-from helpers import Echo, RecordingGame, echo
+from helpers import RecordingGame, echo
 
 
 # --------------------------------------------------------------------------- types: ids and digests
@@ -817,7 +817,10 @@ def test_bad_seeds_and_keys_are_refused() -> None:
 def test_identity_file_errors_say_what_the_file_is_and_what_to_do(tmp_path: Path) -> None:
     data = Identity.from_seed(SEED).to_bytes()
     assert len(data) == 68 and data.hex().startswith("08011240" + SEED.hex())
-    with pytest.raises(IdentityError, match=r"^key.bin is not an Ed25519 identity \(3 bytes; expected 68 starting with 08011240\): point to the file this peer wrote, or to a new path$"):
+    with pytest.raises(
+        IdentityError,
+        match=r"^key.bin is not an Ed25519 identity \(3 bytes; expected 68 starting with 08011240\): point to the file this peer wrote, or to a new path$",
+    ):
         Identity.from_bytes(b"abc", "key.bin")
     with pytest.raises(IdentityError, match="^identity is not an Ed25519"):
         Identity.from_bytes(b"\x08\x01\x12\x41" + data[4:])
@@ -960,7 +963,7 @@ def test_evaluate_over_one_sample_is_that_samples_reward() -> None:
     game.eval_tasks = lambda: [Task.create("e", answer="a")]  # type: ignore[method-assign]
     game.act = lambda inputs, stage, greedy=False: [echo(i, "a") for i in inputs]  # type: ignore[method-assign]
     assert solo(game)[0].evaluate() == {"eval/reward": 1.0}
-    game.eval_tasks = lambda: []  # type: ignore[method-assign]
+    game.eval_tasks = list  # type: ignore[method-assign]
     assert solo(game)[0].evaluate() == {}
 
 

@@ -17,10 +17,9 @@ from genrl_swarm.core.types import RoundResult
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 web3 = pytest.importorskip("web3")  # test_contract's Chain (the in-process EVM) needs the chain extra
-from test_contract import MAX_SCORE, SCALE, Chain  # noqa: E402
-
 from genrl_swarm.coord.errors import CoordinatorError  # noqa: E402
 from genrl_swarm.coord.evm import ContractRevert, EvmCoordinator  # noqa: E402
+from test_contract import MAX_SCORE, SCALE, Chain  # noqa: E402
 
 MAX = MAX_SCORE / SCALE
 
@@ -144,7 +143,7 @@ def test_local_an_absent_peer_gains_nothing_from_its_friend() -> None:
     c = local_swarm("a", "b", "c", "d", "friend", "absent")
     for r in range(3):
         for me in ("a", "b", "c", "d"):
-            c.report(RoundResult(r, me, {p: 0.5 for p in "abcd"}, ()))
+            c.report(RoundResult(r, me, dict.fromkeys("abcd", 0.5), ()))
         c.report(RoundResult(r, "friend", {"absent": MAX}, ()))
         c.finish_round(r)
     assert c.tally("absent") == (0.0, 0)
