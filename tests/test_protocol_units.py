@@ -12,7 +12,19 @@ import pytest
 
 from genrl_swarm.core.trust import LATE_WINDOW, SenderBook, TrustConfig
 from genrl_swarm.core.types import Drop
-from genrl_swarm.protocol import LiveView, Verdict, attested_round, classify, collect, drops_of, first_committers, make_strategy, offenders
+from genrl_swarm.protocol import (
+    LiveView,
+    Verdict,
+    alive,
+    attested_round,
+    classify,
+    collect,
+    drops_of,
+    first_committers,
+    forget_after,
+    make_strategy,
+    offenders,
+)
 
 PEERS = [f"peer-{i:02d}" for i in range(12)]
 
@@ -198,3 +210,15 @@ def test_a_member_is_live_until_exactly_the_timeout() -> None:
     view = LiveView(timeout=3.0)
     view.record("a", 1, issued=10.0)
     assert view.live(13.0) == ["a"] and view.live(13.25) == []
+
+
+def test_the_liveness_rule_at_its_edges() -> None:
+    """One rule for the transport's member view and the simulator's (protocol.view.alive):
+    alive up to exactly ``timeout`` after it was last heard of, never after it announced leaving."""
+    assert alive(10.0, False, 13.0, 3.0) and alive(10.0, False, 10.0, 3.0)
+    assert not alive(10.0, False, 13.001, 3.0)
+    assert not alive(10.0, True, 10.0, 3.0)
+
+
+def test_members_are_forgotten_after_a_minute_or_twenty_liveness_timeouts() -> None:
+    assert forget_after(0.1) == 60.0 and forget_after(3.0) == 60.0 and forget_after(4.0) == 80.0
