@@ -233,3 +233,16 @@ def test_every_packaged_recipe_is_described_and_valid() -> None:
             assert description, f"{game}/{name} lacks its '# description' first line"
             validate(resolve(load_recipe(f"{game}/{name}")))
             assert recipe_path(f"{game}/{name.removesuffix('.yaml')}") == recipe_path(f"{game}/{name}")
+
+
+def test_every_grpo_recipe_lists_the_trainer_group_and_others_add_it_with_plus() -> None:
+    """``trainer`` is in the defaults of every GRPO recipe (after ``_self_``: the async learner
+    replaces the recipe's), so ``trainer=async_grpo`` is a plain override there; elsewhere Hydra's
+    own one-line error says to add it."""
+    recipes = [f"{game}/{name}" for game, names in packaged_recipes().items() for name in names]
+    grpo = [r for r in recipes if (resolve(load_recipe(r)).get("learner") or {}).get("_target_", "").endswith(".GRPOLearner")]
+    assert len(grpo) >= 5  # reasoning_gym (recipe, digits, sapo), multistage_math (two)
+    for recipe in grpo:
+        assert resolve(load_recipe(recipe, ["trainer=async_grpo"]))["learner"]["_target_"].endswith(".AsyncGRPOLearner"), recipe
+    with pytest.raises(RecipeError, match=r"^Could not override 'trainer'\. No match in the defaults list\. To append to your default list use \+trainer=async_grpo$"):
+        load_recipe("bandit", ["trainer=async_grpo"])

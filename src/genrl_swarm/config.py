@@ -176,23 +176,10 @@ def load_recipe(recipe: str, overrides: Sequence[str] = ()) -> DictConfig:
     path = recipe_path(recipe).resolve()
     try:
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.3"):
-            return compose(config_name=path.stem, overrides=[SEARCH_PATH, *_added_groups(path, overrides)])
+            return compose(config_name=path.stem, overrides=[SEARCH_PATH, *overrides])
     except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as e:
         # ValueError: Hydra's own, e.g. for a group override it reads as null
         raise RecipeError(_compose_error(e, path)) from e
-
-
-#: Shared groups a recipe need not list: ``trainer=async_grpo`` adds the group (as ``+trainer=``) after the recipe.
-ADDABLE_GROUPS = ("trainer",)
-
-
-def _added_groups(path: Path, overrides: Sequence[str]) -> list[str]:
-    """``trainer=X`` as ``+trainer=X`` when the recipe's defaults do not list the group, so the
-    option composes after the recipe's own sections (and its ``learner`` override wins)."""
-    listed = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    defaults = listed.get("defaults", []) if isinstance(listed, dict) else []
-    names = {str(k).removeprefix("override ").strip() for d in defaults if isinstance(d, dict) for k in d}
-    return [f"+{o}" if o.partition("=")[0] in ADDABLE_GROUPS and o.partition("=")[0] not in names else o for o in overrides]
 
 
 _FULL_KEY = re.compile(r"full_key: (\S+)")
