@@ -17,7 +17,6 @@ from genrl_swarm.config import (
     instantiate,
     load_recipe,
     packaged_recipes,
-    peers_in_process,
     recipe_path,
     resolve,
     validate,
@@ -80,7 +79,7 @@ def test_the_backend_alone_decides_how_many_peers_a_process_hosts(bandit_recipe,
     spec = resolve(bandit_recipe(f"communication={group}"))  # the recipe says swarm.num_peers: 3
     validate(spec)
     backend = import_target(spec["communication"]["_target_"], "communication._target_")
-    assert peers_in_process(backend, spec["swarm"]["num_peers"]) == hosted
+    assert backend.peers_in_process(spec["swarm"]["num_peers"]) == hosted
 
 
 def test_data_source_group(tmp_path: Path) -> None:

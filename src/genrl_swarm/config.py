@@ -57,7 +57,7 @@ def _require(obj: object, **rules: tuple[bool, str]) -> None:
 class SwarmConfig:
     """The ``swarm`` section: how many peers this process hosts."""
 
-    num_peers: int = 1  # peers in this process, if the backend hosts several (see peers_in_process)
+    num_peers: int = 1  # peers in this process, if the backend hosts several (see ByteBackend.peers_in_process)
     rank: int = 0  # this process's first peer index, when the backend does not say
 
     def __post_init__(self) -> None:
@@ -250,13 +250,6 @@ def validate(spec: Mapping[str, Any]) -> None:
             continue
         check_component(spec.get(name), name, INJECTED.get(name, frozenset()))
     import_target(spec["communication"]["_target_"], "communication._target_")
-
-
-def peers_in_process(backend: Any, num_peers: int) -> int:
-    """How many peers this process hosts: ``swarm.num_peers`` for a backend whose swarm lives in
-    one process (in-memory, none), else one (a torchrun rank, a DHT peer), so that
-    ``communication=torch`` alone turns any recipe into one peer per rank."""
-    return num_peers if getattr(backend, "in_process", True) else 1
 
 
 def section(cls: type[T], values: Any, name: str) -> T:

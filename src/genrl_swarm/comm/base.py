@@ -66,9 +66,10 @@ class RawExchange:
 
 
 class ByteBackend(Communication):
-    """What the launcher asks of a transport, each with a default: ``in_process`` and ``spawn``
-    (how many peers this process hosts), ``rank``, ``announce()`` and ``resume_at()``. A new
-    transport overrides only what it has; the launcher never probes for attributes."""
+    """What the launcher asks of a transport, each with a default: ``in_process``,
+    ``peers_in_process()`` and ``spawn()`` (the peers this process hosts), ``rank``, ``announce()``
+    and ``resume_at()``. A new transport overrides only what it has; the launcher never probes for
+    attributes."""
 
     #: True for backends whose whole swarm lives in this process (in-memory, null): under
     #: torchrun the launcher swaps them for the torch backend, one peer per rank.
@@ -95,6 +96,13 @@ class ByteBackend(Communication):
         self._late: dict[str, int] = {}  # sender -> last round it was late in (no commitment, or no reveal)
         self.fresh_wait = 0.0  # seconds FRESH_SHARE of the current exchange's timeout is
         self._fresh_spent = -1  # the round whose short wait a fresh or late committer used up
+
+    @classmethod
+    def peers_in_process(cls, num_peers: int) -> int:
+        """How many peers this process hosts: ``swarm.num_peers`` for a backend whose swarm lives
+        in one process (in-memory), else one (a torchrun rank, a DHT peer, none), so that
+        ``communication=torch`` alone turns any recipe into one peer per rank."""
+        return num_peers if cls.in_process else 1
 
     @classmethod
     def spawn(cls, num_peers: int, **kwargs: Any) -> list[ByteBackend]:

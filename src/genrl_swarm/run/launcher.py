@@ -28,7 +28,6 @@ from genrl_swarm.config import (
     SwarmConfig,
     import_target,
     instantiate,
-    peers_in_process,
     resolve,
     section,
     validate,
@@ -84,7 +83,7 @@ def build_managers(
     except OSError as e:
         raise RecipeError(f"run.dir: cannot create {run.dir}: {e.strerror or e}") from e
     try:
-        comms = comm_cls.spawn(peers_in_process(comm_cls, swarm.num_peers), **comm_kwargs)
+        comms = comm_cls.spawn(comm_cls.peers_in_process(swarm.num_peers), **comm_kwargs)
     except IdentityError:  # the identity file, not the recipe: its message says what to do
         raise
     except (ValueError, TypeError) as e:  # a constructor's own check, e.g. max_bytes <= 0
