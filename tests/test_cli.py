@@ -140,11 +140,11 @@ def test_train_sh_checks_overrides_then_passes_the_torch_group(tmp_path: Path) -
     assert "run --recipe multistage_math/msm_dapodata_grpo.yaml communication=torch swarm.num_peers=1 game.max_rounds=1" in launched
 
 
-@pytest.mark.slow  # mypy --strict over core
+@pytest.mark.slow  # mypy --strict over core, comm, protocol, run, config
 def test_core_type_checks_strict() -> None:
     root = ROOT / "src" / "genrl_swarm"
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(root / "core"), str(root / "comm"), str(root / "config.py")],
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", *(str(root / p) for p in ("core", "comm", "protocol", "run", "config.py"))],
         capture_output=True,
         text=True,
         timeout=300,
