@@ -21,6 +21,7 @@ Run: .venv/bin/python benchmarks/bench_fuzz.py [--inputs 2100]   (per body type)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -636,10 +637,8 @@ def memory(kind: str, count: int, top: int = 6) -> None:
     for i, (case, state, inputs) in enumerate(hostile_cases(arena, random.Random(f"bench_fuzz/{kind}/0"), count)):
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
-        try:
+        with contextlib.suppress(Exception):  # counted by the main run; here only memory matters
             arena.receive(state, case.stage, inputs, case)
-        except Exception:  # noqa: BLE001 - counted by the main run; here only memory matters
-            pass
         peaks.append(((tracemalloc.get_traced_memory()[1] - before) / 2**20, i, case.mutation, len(case.payload or b""), case.stage))
     for mb, i, mutation, size, stage in sorted(peaks, reverse=True)[:top]:
         print(f"#{i} {mutation} ({size} B, stage {stage}): peak {mb:.1f} MB allocated while receiving")
