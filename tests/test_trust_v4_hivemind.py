@@ -104,9 +104,6 @@ def test_an_equivocating_hivemind_peer_is_proven_and_honest_peers_keep_each_othe
         assert sorted(r1.rewards) == sorted([a.peer_id, b.peer_id]) and r1.metrics["swarm/peers_s2"] == 2
 
 
-@pytest.mark.xfail(
-    strict=True, reason="HivemindBackend opens its min_peers gate inside the first exchange; it belongs in ready() (issue 28, point 3)"
-)
 def test_peers_started_by_hand_seconds_apart_keep_each_other_in_round_0() -> None:
     """The README's flow typed by hand: the second peer starts later than the exchange timeout.
     The first waits at its ``min_peers`` gate; that wait must not eat its first exchange's

@@ -171,7 +171,6 @@ class HivemindBackend(ByteBackend):
         self._raise_if_failed()
         if phase == "commit":
             self.round = max(self.round, round)
-            self._open_gate()
         deadline = time.monotonic() + timeout
         enough: int | None = None
         if wait_for is None:  # the commit phase: the strategy picks whom to ask
@@ -233,6 +232,11 @@ class HivemindBackend(ByteBackend):
             await asyncio.wait_for(self.p2p._client.connect(self.puller.peer_id_of(peer), maddrs), min(self.call_timeout, 2.0))
         except (*self.puller.errors, asyncio.TimeoutError, ValueError) as e:
             log.debug("%s: dialing %s failed: %s", self.peer_id, peer, e)
+
+    def ready(self) -> None:
+        """The ``min_peers`` gate, before the first exchange's deadline starts: a peer started by
+        hand seconds after this one is waited for here, not counted late in round 0."""
+        self._open_gate()
 
     def _open_gate(self) -> None:
         """Before this peer's first exchange only: wait (at most ``min_peers_timeout``) for
