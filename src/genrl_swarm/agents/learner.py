@@ -11,6 +11,13 @@ What differs from single-turn GRPO, and nothing else:
   another's; dividing every advantage by the std of its own task kind's rewards this round
   keeps each task's share of the gradient from depending on that (``normalize="task"``).
   ``group``/``batch``/``none`` are GRPOLearner's scalings, over the same groups.
+- **Step-level credit** (``advantage``: ``episode`` | ``step`` | ``both``). ``step`` and ``both``
+  add GiGPO's step groups (``agents.step_advantage``): turns of one task's episodes taken from the
+  same environment state are compared by their return-to-go. A turn's advantage then differs
+  from its neighbours', so each model turn becomes its own sample (prompt: everything before
+  it), which costs one forward pass per turn instead of one per episode.
+- **Selection** is GRPOLearner's SAPO draw (``trainers.selection``): an episode of the swarm
+  teaches when its task group has a non-zero advantage among all episodes this peer holds.
 Micro-batching, the clipped surrogate, off-policy correction (each model token's behaviour
 log-prob is the one of the policy that generated its turn), epochs and the optimizer are
 GRPOLearner's own code.
@@ -18,6 +25,7 @@ GRPOLearner's own code.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,17 +33,17 @@ from typing import Any, Literal
 
 import torch
 
+from genrl_swarm.agents.step_advantage import Advantage, anchor_keys, combine, returns_to_go, step_advantages
 from genrl_swarm.core import Episode, GameState, RoundRewards, ScoredRollout, Task
 from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.trainers.grpo import Batch, GRPOConfig, GRPOLearner, Sample
 from genrl_swarm.trainers.grpo_loss import group_advantages
+from genrl_swarm.trainers.selection import sapo_select
 
 Normalize = Literal["task", "group", "batch", "none"]
 
 
-def task_advantages(
-    rewards: Sequence[float], groups: Sequence[Hashable], tasks: Sequence[str], normalize: Normalize = "task"
-) -> list[float]:
+def task_advantages(rewards: Sequence[float], groups: Sequence[Hashable], tasks: Sequence[str], normalize: Normalize = "task") -> list[float]:
     """Advantage of each episode: its reward minus its group's mean, divided by the std of the
     rewards of its task kind (``task``), of its group (``group``), of all (``batch``), or 1.
 
@@ -76,6 +84,19 @@ def episode_sample(episode: Episode, advantage: float) -> EpisodeSample | None:
     return EpisodeSample(ids[:start], ids[start:], logprobs[start:], advantage, mask[start:])
 
 
+def turn_samples(episode: Episode, advantages: Sequence[float]) -> list[EpisodeSample]:
+    """One sample per model turn: the ids before it are the prompt, its own ids the completion."""
+    ids, at, out = episode.token_ids, 0, []
+    model_turns = iter(advantages)
+    for turn in episode.turns:
+        if turn.role == "assistant":
+            a = next(model_turns)
+            if turn.token_ids:
+                out.append(EpisodeSample(ids[:at], list(turn.token_ids), list(turn.logprobs), a, (True,) * len(turn.token_ids)))
+        at += len(turn.token_ids)
+    return out
+
+
 def task_of(tasks: Mapping[str, Task], task_id: str) -> tuple[str, Hashable]:
     """(task kind, group) of a task of the round, from this peer's own task record."""
     meta = tasks[task_id].metadata
@@ -83,38 +104,64 @@ def task_of(tasks: Mapping[str, Task], task_id: str) -> tuple[str, Hashable]:
 
 
 class AgentLearner(GRPOLearner):
-    """GRPOLearner on episodes; ``normalize`` picks the advantage scaling (see the module)."""
+    """GRPOLearner on episodes; ``normalize`` picks the advantage scaling, ``advantage`` whether
+    turns also get GiGPO's step term (``step_weight`` times it in ``both``; returns discounted by
+    ``step_discount`` per turn), see the module."""
 
-    def __init__(self, policy: LMPolicy, grpo: GRPOConfig | Mapping[str, Any] | None = None, normalize: Normalize = "task", seed: int = 0) -> None:
+    def __init__(
+        self, policy: LMPolicy, grpo: GRPOConfig | Mapping[str, Any] | None = None, normalize: Normalize = "task", seed: int = 0,
+        advantage: Advantage | str = Advantage.EPISODE, step_weight: float = 1.0, step_discount: float = 0.95,
+    ) -> None:  # fmt: skip
         if normalize not in ("task", "group", "batch", "none"):
             raise ValueError(f"normalize must be task, group, batch or none, got {normalize!r}")
+        try:
+            self.advantage = Advantage(advantage)
+        except ValueError:
+            raise ValueError(f"advantage must be episode, step or both, got {advantage!r}") from None
+        if not 0.0 < step_discount <= 1.0 or step_weight < 0:
+            raise ValueError(f"step_discount must be in (0, 1] and step_weight >= 0, got {step_discount} and {step_weight}")
         super().__init__(policy, grpo, seed)
-        self.normalize = normalize
+        self.normalize, self.step_weight, self.step_discount = normalize, step_weight, step_discount
         self._tasks: Mapping[str, Task] = {}
+        self._me: str | None = None  # this peer, while training: the swarm's episodes get the swarm cap
 
     def select(self, state: GameState, rewards: RoundRewards) -> list[ScoredRollout]:
-        """``num_local`` own episodes and ``num_external`` of the swarm's (SAPO), as GRPOLearner."""
+        """``num_local`` own episodes and ``num_external`` of the swarm's (SAPO), GRPOLearner's draw."""
         usable = [s for s in rewards.scored if isinstance(s.rollout.body, Episode) and s.rollout.task_id in state.tasks]
         own = [s for s in usable if s.rollout.peer_id == state.peer_id]
         swarm = [s for s in usable if s.rollout.peer_id != state.peer_id]
-        if 0 <= self.cfg.num_local < len(own):
-            own = self.rng.sample(own, self.cfg.num_local)
-        return own + self.rng.sample(swarm, min(self.cfg.num_external, len(swarm)))
+        keys = [task_of(state.tasks, s.rollout.task_id)[1] for s in usable]
+        useful = {g for g, adv in zip(keys, self.turn_advantages(usable, state.tasks)) if any(abs(a) > 1e-6 for a in adv)}
+        teaches = lambda s: task_of(state.tasks, s.rollout.task_id)[1] in useful  # noqa: E731
+        return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender, teaches)
+
+    def turn_advantages(self, chosen: Sequence[ScoredRollout], tasks: Mapping[str, Task]) -> list[list[float]]:
+        """Each episode's advantage per model turn: its episode term (task groups), its step term
+        (states within a task group), or both, as ``advantage`` says."""
+        keys = [task_of(tasks, s.rollout.task_id) for s in chosen]
+        rewards = [s.mean for s in chosen]
+        episode = task_advantages(rewards, [g for _, g in keys], [k for k, _ in keys], self.normalize)
+        anchors = [anchor_keys(s.rollout.body.turns) for s in chosen]
+        flat_episode = [a for a, turns in zip(episode, anchors) for _ in turns]
+        returns = [r for reward, turns in zip(rewards, anchors) for r in returns_to_go(reward, len(turns), self.step_discount)]
+        states = [(g, key) for (_, g), turns in zip(keys, anchors) for key in turns]
+        step = step_advantages(returns, states, scale=self.normalize != "none") if self.advantage is not Advantage.EPISODE else [0.0] * len(states)
+        flat = iter(combine(flat_episode, step, self.advantage, self.step_weight))
+        return [[next(flat) for _ in turns] for turns in anchors]
 
     def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
-        """One sample per episode with its task-normalised advantage; groups whose episodes all
-        scored the same carry no signal and are left out."""
-        keys = [task_of(self._tasks, s.rollout.task_id) for s in chosen]
-        rewards = [s.mean for s in chosen]
-        advantages = task_advantages(rewards, [g for _, g in keys], [k for k, _ in keys], self.normalize)
-        spread: dict[Hashable, set[float]] = defaultdict(set)
-        for (_, g), r in zip(keys, rewards):
-            spread[g].add(r)
+        """One sample per episode (``episode``) or per model turn (``step``, ``both``) with its
+        advantage; task groups whose advantages are all zero carry no signal and are left out."""
+        groups = [task_of(self._tasks, s.rollout.task_id)[1] for s in chosen]
+        advantages = self.turn_advantages(chosen, self._tasks)
+        useful = {g for g, adv in zip(groups, advantages) if any(abs(a) > 1e-6 for a in adv)}
         out: list[Sample] = []
-        for s, (_, g), a in zip(chosen, keys, advantages):
-            sample = episode_sample(s.rollout.body, a) if len(spread[g]) > 1 else None
-            if sample is not None:
-                out.append(sample)
+        for s, g, adv in zip(chosen, groups, advantages):
+            if g not in useful or not adv:
+                continue
+            rows = [episode_sample(s.rollout.body, adv[0])] if self.advantage is Advantage.EPISODE else turn_samples(s.rollout.body, adv)
+            swarm = self._me is not None and s.rollout.peer_id != self._me
+            out.extend(dataclasses.replace(r, swarm=swarm) for r in rows if r is not None)
         return out
 
     def collate(self, samples: Sequence[Sample]) -> Batch:
@@ -127,11 +174,11 @@ class AgentLearner(GRPOLearner):
         return batch
 
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
-        self._tasks = state.tasks
+        self._tasks, self._me = state.tasks, state.peer_id
         try:
             metrics = super().train(state, rewards)
         finally:
-            self._tasks = {}
+            self._tasks, self._me = {}, None
         return metrics | task_metrics(state, rewards)
 
 

@@ -7,13 +7,15 @@ round-robin over senders in a random order, so one sender gets at most its fair 
 (``ceil(num_external / senders)``) while others have informative groups left: a flooder sending
 many groups cannot fill the external share. ``max_per_sender`` (``grpo.max_external_per_sender``)
 caps a sender's groups in one update outright, even when no other sender has groups left.
+What "informative" means is the learner's: a GRPO group carries its rewards, an agent episode
+teaches only through its task group (``teaches``); the draw is the same.
 """
 
 from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from genrl_swarm.core.types import ScoredRollout
 
@@ -23,12 +25,15 @@ def informative(group: ScoredRollout) -> bool:
     return max(group.rewards) - min(group.rewards) > 1e-6
 
 
-def draw_external(swarm: Sequence[ScoredRollout], num_external: int, rng: random.Random, max_per_sender: int = 0) -> list[ScoredRollout]:
-    """Up to ``num_external`` informative swarm groups, senders taking turns in a random order,
-    at most ``max_per_sender`` from one sender (0: no cap but the turns)."""
+def draw_external(
+    swarm: Sequence[ScoredRollout], num_external: int, rng: random.Random, max_per_sender: int = 0,
+    teaches: Callable[[ScoredRollout], bool] = informative,
+) -> list[ScoredRollout]:  # fmt: skip
+    """Up to ``num_external`` swarm groups that ``teaches`` accepts, senders taking turns in a
+    random order, at most ``max_per_sender`` from one sender (0: no cap but the turns)."""
     by_sender: dict[str, list[ScoredRollout]] = defaultdict(list)
     for group in swarm:
-        if informative(group):
+        if teaches(group):
             by_sender[group.rollout.peer_id].append(group)
     queues = [rng.sample(groups, len(groups))[: max_per_sender or None] for _, groups in sorted(by_sender.items())]
     rng.shuffle(queues)
@@ -41,8 +46,14 @@ def draw_external(swarm: Sequence[ScoredRollout], num_external: int, rng: random
 
 
 def sapo_select(
-    own: Sequence[ScoredRollout], swarm: Sequence[ScoredRollout], num_local: int, num_external: int, rng: random.Random, max_per_sender: int = 0
+    own: Sequence[ScoredRollout],
+    swarm: Sequence[ScoredRollout],
+    num_local: int,
+    num_external: int,
+    rng: random.Random,
+    max_per_sender: int = 0,
+    teaches: Callable[[ScoredRollout], bool] = informative,
 ) -> list[ScoredRollout]:
     """``num_local`` of this peer's groups (all when negative) and ``draw_external`` of the swarm's."""
     mine = list(own) if num_local < 0 or num_local >= len(own) else rng.sample(list(own), num_local)
-    return mine + draw_external(swarm, num_external, rng, max_per_sender)
+    return mine + draw_external(swarm, num_external, rng, max_per_sender, teaches)
