@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import sys
 
-from genrl_swarm.envd.host import HostConfig
 from genrl_swarm.envd.controller import EnvdConfig
+from genrl_swarm.envd.host import HostConfig
 
 EXIT_CONFIG = 2
 
@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-sessions", type=int, default=10_000)
     p.add_argument("--ttl", type=float, default=600.0, help="seconds a session may stay idle before it is closed")
     p.add_argument("--max-turns", type=int, default=16, help="turns per episode (default and ceiling)")
+    p.add_argument("--openenv", action="store_true", help="speak OpenEnv's reset/step/state (WebSocket /ws, HTTP) instead of gRPC (extra: openenv)")
     p.add_argument("--tasks", default="calculator,sql,kvstore", help="comma-separated tasks to offer (also: probe)")
 
 
@@ -30,9 +31,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"genrl-swarm: envd: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    from genrl_swarm.envd.server import serve
-
     try:
+        if args.openenv:
+            from genrl_swarm.envd.openenv import serve_openenv
+
+            serve_openenv(config, args.host, args.port)
+            return 0
+        from genrl_swarm.envd.server import serve
+
         asyncio.run(serve(config, args.host, args.port))
     except OSError as e:
         print(f"genrl-swarm: envd: {e}", file=sys.stderr)
