@@ -88,7 +88,12 @@ def test_learner_turn_advantages_match_the_hand_values(policy: LMPolicy) -> None
     chosen = [ScoredRollout(Rollout("me", 0, 0, episode(e)), (r,)) for e, r in zip(EPISODES, REWARDS)]
     tasks = by_id("A")
     s0 = 0.04296875**0.5
-    step = [[0.3125 / (s0 + EPS), 0.25 / (0.25 + EPS)], [0.0625 / (s0 + EPS), -0.25 / (0.25 + EPS), 0.0], [-0.1875 / (s0 + EPS), 0.0], [-0.1875 / (s0 + EPS)]]
+    step = [
+        [0.3125 / (s0 + EPS), 0.25 / (0.25 + EPS)],
+        [0.0625 / (s0 + EPS), -0.25 / (0.25 + EPS), 0.0],
+        [-0.1875 / (s0 + EPS), 0.0],
+        [-0.1875 / (s0 + EPS)],
+    ]
     ep = [0.5 / (0.5 + EPS)] * 2 + [-0.5 / (0.5 + EPS)] * 2  # group std 0.5
     for mode, want in (
         ("episode", [[a] * len(s) for a, s in zip(ep, step)]),
@@ -131,7 +136,11 @@ def test_turn_samples_are_the_model_turns_with_their_context(policy: LMPolicy) -
     learner._tasks = by_id("A")
     rows = learner.samples(chosen)
     e2 = [r for r in rows if r.prompt_ids[:2] == [1, 2] and len(r.prompt_ids) >= 2 and r.completion_ids in ([12, 3], [13], [14])]
-    assert [(list(r.prompt_ids), list(r.completion_ids)) for r in e2] == [([1, 2], [12, 3]), ([1, 2, 12, 3, 5], [13]), ([1, 2, 12, 3, 5, 13, 6], [14])]
+    assert [(list(r.prompt_ids), list(r.completion_ids)) for r in e2] == [
+        ([1, 2], [12, 3]),
+        ([1, 2, 12, 3, 5], [13]),
+        ([1, 2, 12, 3, 5, 13, 6], [14]),
+    ]
     assert all(list(r.logprobs) == [-1.0] * len(r.completion_ids) and not r.swarm for r in rows)
 
 
