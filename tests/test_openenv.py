@@ -5,10 +5,16 @@ OpenEnv environment, envd's own and an independent one, through ``OpenEnvClient`
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -215,3 +221,23 @@ def test_our_policy_plays_openenv_environments(envd_url: str, guess_url: str) ->
             assert client.stats().sessions == 0
         finally:
             client.shutdown()
+
+
+def test_cli_serves_openenv_until_terminated() -> None:
+    """``genrl-swarm envd --openenv``: the printed ws:// address serves an OpenEnv client; SIGTERM stops it cleanly."""
+    exe = shutil.which("genrl-swarm", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("package not installed in this environment")
+    proc = subprocess.Popen([exe, "envd", "--openenv", "--port", "0", "--workers", "1", "--sandboxes", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # bounded by the pytest timeout; printed once the socket is bound
+        url = re.search(r"OpenEnv on (ws://\S+)/ws", line)[1]  # type: ignore[index]
+        with GenericEnvClient(url, connect_timeout_s=60, message_timeout_s=60).sync() as env:
+            assert env.reset(task="calculator", seed=1).observation["limits"]["max_turns"] == 16
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -33,8 +33,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     try:
         if args.openenv:
-            from genrl_swarm.envd.openenv import serve_openenv
-
+            try:
+                from genrl_swarm.envd.openenv import serve_openenv
+            except ImportError as e:
+                print(f"genrl-swarm: envd: --openenv needs the openenv extra (pip install 'genrl-swarm[openenv]'): {e}", file=sys.stderr)
+                return EXIT_CONFIG
             serve_openenv(config, args.host, args.port)
             return 0
         from genrl_swarm.envd.server import serve

@@ -127,12 +127,17 @@ def openenv_app(client: EnvClient, max_sessions: int = 64) -> Any:
 def serve_openenv(config: EnvdConfig, host: str, port: int) -> None:
     """``genrl-swarm envd --openenv``: envd's controller in this process, openenv-core's app in
     front (uvicorn), until interrupted. Prints the bound address, as the gRPC server does."""
+    import signal
     import socket
 
     import uvicorn
 
     from genrl_swarm.envd.local import LocalEnv
 
+    def stop(*_: Any) -> None:
+        raise SystemExit(0)  # uvicorn re-raises SIGTERM after its graceful shutdown: a clean exit, workers stopped
+
+    signal.signal(signal.SIGTERM, stop)
     sock = socket.create_server((host, port))
     with LocalEnv(config) as client:
         server = uvicorn.Server(uvicorn.Config(openenv_app(client, config.max_sessions), log_level="warning"))
