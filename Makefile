@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,async,docs
+EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,openenv,async,docs
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo demo-bandit demo-marl demo-agent test test-fast lint bench mutation install clean docs
