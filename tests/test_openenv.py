@@ -241,3 +241,27 @@ def test_cli_serves_openenv_until_terminated() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("reply", "envd", "why"),
+    [
+        ({"observation": {"messages": [{"role": "root", "content": "hi"}]}}, True, "malformed reply"),  # no such role
+        ({"observation": {"messages": [{"role": "tool", "content": "x" * (MAX_TEXT + 1)}]}}, True, "malformed reply"),
+        ({"observation": {"messages": [], "limits": "lots"}}, True, "malformed reply"),
+        ({"observation": {"feedback": "ok"}, "reward": float("inf")}, False, "reward of inf"),
+        ({"observation": {"feedback": "ok"}, "reward": "1"}, False, "malformed reply"),
+        ({"observation": ["not", "a", "dict"]}, False, "malformed reply"),
+    ],
+)
+def test_a_servers_reply_is_checked_in_our_types_first(reply: dict[str, Any], envd: bool, why: str) -> None:
+    """What openenv-core's client parsed from a (possibly hostile) server is converted into our
+    msgspec types before anything reads it: a bad reply is a one-line InvalidRequest."""
+    from openenv.core.client_types import StepResult as OpenEnvStep
+
+    from genrl_swarm.envd.openenv import _checked
+
+    got = OpenEnvStep(observation=reply["observation"], reward=reply.get("reward"), done=reply.get("done", False))
+    with pytest.raises(InvalidRequest, match=why) as bad:
+        _checked(got, envd)
+    assert "\n" not in str(bad.value) and len(str(bad.value)) < 400

@@ -33,6 +33,7 @@ import concurrent.futures
 import contextlib
 import enum
 import json
+import math
 import secrets
 import threading
 from collections.abc import Coroutine
@@ -52,7 +53,7 @@ from genrl_swarm.envd.controller import EnvdConfig
 from genrl_swarm.envd.errors import EnvError, EnvUnavailable, InvalidRequest, SessionNotFound
 from genrl_swarm.envd.parsing import parse_action
 from genrl_swarm.envd.protocol import Stats
-from genrl_swarm.envd.types import MAX_TEXT, Action, Answer, Limits, Message, Reset, StepResult, TaskSpec, ToolCall
+from genrl_swarm.envd.types import MAX_TEXT, Action, Answer, FinishReason, Limits, Message, Reset, StepResult, TaskSpec, ToolCall
 
 T = TypeVar("T")
 MAX_BYTES = 1 << 20  # what a TOOL-format episode may exchange, as our Limits count it
@@ -72,7 +73,7 @@ class EnvdObservation(OpenEnvObservation):
 
     messages: list[dict[str, str]] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
-    limits: dict[str, int] = Field(default_factory=dict)
+    limits: dict[str, int] | None = None  # at reset
     finish_reason: str | None = None
     turn: int = 0
 
@@ -151,6 +152,36 @@ class ActionFormat(enum.Enum):
     TOOL = "tool"  # any OpenEnv environment: one tool whose arguments are its action
 
 
+class _Reply(msgspec.Struct, frozen=True):
+    """What an OpenEnv server answered a reset or step with, as openenv-core's client parsed it."""
+
+    observation: dict[str, Any]
+    reward: float | bool | None = None
+    done: bool = False
+
+
+class _EnvdObservation(msgspec.Struct, frozen=True):
+    """envd's OpenEnv observation (``EnvdObservation``), checked with our own types."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    limits: Limits | None = None
+    finish_reason: FinishReason | None = None
+
+
+def _checked(got: Any, envd: bool) -> tuple[_Reply, _EnvdObservation | None]:
+    """A reply in our types, or a one-line ``InvalidRequest``: a server's bytes are checked
+    (shape, roles, sizes, a finite reward) before anything else reads them."""
+    try:
+        reply = msgspec.convert({"observation": got.observation, "reward": got.reward, "done": got.done}, _Reply)
+        obs = msgspec.convert(reply.observation, _EnvdObservation) if envd else None
+    except msgspec.ValidationError as e:
+        raise InvalidRequest(f"the OpenEnv server sent a malformed reply: {str(e)[:200]}") from None
+    if not math.isfinite(float(reply.reward or 0.0)):
+        raise InvalidRequest(f"the OpenEnv server sent a reward of {reply.reward!r}")
+    return reply, obs
+
+
 @dataclass
 class _Episode:
     client: GenericEnvClient
@@ -192,15 +223,19 @@ class OpenEnvClient(EnvClient):
 
     def reset(self, task: TaskSpec) -> Reset:
         client = GenericEnvClient(self.base_url, connect_timeout_s=self.timeout, message_timeout_s=self.timeout)
-        kwargs = msgspec.to_builtins(task) if self.format is ActionFormat.ENVD else {"seed": task.seed}
-        first = self._run(client.reset(**kwargs))
-        session = secrets.token_hex(8)
-        turns = task.max_turns or self.max_turns
+        envd = self.format is ActionFormat.ENVD
+        try:
+            first, obs = _checked(self._run(client.reset(**(msgspec.to_builtins(task) if envd else {"seed": task.seed}))), envd)
+            if envd and (obs is None or obs.limits is None):
+                raise InvalidRequest("the OpenEnv server's reset named no limits: is it genrl-swarm envd --openenv?")
+        except EnvError:
+            with contextlib.suppress(EnvError):
+                self._run(client.close())
+            raise
+        session, turns = secrets.token_hex(8), task.max_turns or self.max_turns
         self._episodes[session] = _Episode(client, turns)
-        if self.format is ActionFormat.ENVD:
-            obs = first.observation
-            messages = tuple(msgspec.convert(m, Message) for m in obs.get("messages", ()))
-            return Reset(session, task.task, messages, tuple(obs.get("tools", ())), msgspec.convert(obs.get("limits"), Limits))
+        if obs is not None and obs.limits is not None:
+            return Reset(session, task.task, obs.messages, obs.tools, obs.limits)
         tool = {"type": "function", "function": {"name": self.tool, "description": "act in the environment", "parameters": self.parameters}}
         return Reset(session, task.task, (self._observed(first.observation, "user"),), (tool,), Limits(turns, task.max_tokens or 1 << 20, MAX_BYTES))
 
@@ -215,10 +250,10 @@ class OpenEnvClient(EnvClient):
             raise SessionNotFound(f"no OpenEnv session {session[:16]!r}")
         ep.turns += 1
         if self.format is ActionFormat.ENVD:
-            got = self._run(ep.client.step({"action": msgspec.to_builtins(action), "tokens": tokens}))
-            obs = got.observation
-            message = msgspec.convert(obs["messages"][0], Message)
-            result = StepResult(message, bool(got.done), float(got.reward or 0.0), obs.get("finish_reason"), ep.turns)
+            reply, obs = _checked(self._run(ep.client.step({"action": msgspec.to_builtins(action), "tokens": tokens})), envd=True)
+            if obs is None or len(obs.messages) != 1:
+                raise InvalidRequest("the OpenEnv server's step did not answer with one message")
+            result = StepResult(obs.messages[0], reply.done, float(reply.reward or 0.0), obs.finish_reason, ep.turns)
         else:
             result = self._tool_step(ep, action)
         if not result.done and ep.turns >= ep.max_turns and self.format is ActionFormat.TOOL:  # envd's server keeps its own
@@ -241,9 +276,10 @@ class OpenEnvClient(EnvClient):
             got = self._run(ep.client.step(payload))
         except InvalidRequest as e:  # the environment refused the action (its validation): the model's mistake
             return StepResult(Message("tool", str(e)[:MAX_TEXT], name=self.tool), False, 0.0, None, ep.turns)
-        ep.reward += float(got.reward or 0.0)
-        done = bool(got.done)
-        return StepResult(self._observed(got.observation, "tool"), done, ep.reward if done else 0.0, "answer" if done else None, ep.turns)
+        reply, _ = _checked(got, envd=False)
+        ep.reward += float(reply.reward or 0.0)
+        done = reply.done
+        return StepResult(self._observed(reply.observation, "tool"), done, ep.reward if done else 0.0, "answer" if done else None, ep.turns)
 
     def close(self, session: str) -> bool:
         ep = self._episodes.pop(session, None)
