@@ -82,3 +82,34 @@ def test_an_honest_basis_arrives_verified_and_names_what_was_received() -> None:
     assert refs["a"] == refs["b"] and len(refs["a"]) == 2
     second = exchange_all([a, b], 0, 1, refs)
     assert second["a"].bases["b"] == tuple(refs["b"]) and second["a"].dropped == {} and second["a"].equivocators == {}
+
+
+def test_a_peer_killed_mid_round_and_resumed_never_signs_twice(tmp_path) -> None:
+    """Killed after signing r0/s0 and resumed at round 0, an honest peer must not sign a second,
+    different commitment for r0/s0: it sits that exchange out, and nobody holds a proof against it."""
+    swarm = InMemorySwarm()
+    other, first = InMemoryBackend(swarm, "other"), InMemoryBackend(swarm, "victim")
+    first.keep_signed_log(tmp_path / "last_signed", resuming=False)
+    got = exchange_all([other, first], 0, 0)
+    assert "victim" in got["other"].received and (tmp_path / "last_signed").read_text() == "0 0"
+    first.close()  # killed
+    again = InMemoryBackend(swarm, "victim", identity=first.identity)  # the same identity, restarted
+    again.keep_signed_log(tmp_path / "last_signed", resuming=True)
+    stale = again.exchange(0, 0, [Echo("t", "d" * 64, ("a different sample",))], 0.5, Echo)
+    assert stale.received == {"victim": (Echo("t", "d" * 64, ("a different sample",)),)}  # sat out: nothing signed
+    assert again.signed_log is not None and (tmp_path / "last_signed").read_text() == "0 0"
+    got = exchange_all([other, again], 0, 1)  # the next exchange it had not signed: it plays
+    assert set(got["other"].received) == {"other", "victim"}
+    assert not other.proofs and not got["other"].equivocators
+
+
+def test_without_the_log_a_resumed_peer_would_be_proven_an_equivocator() -> None:
+    """The failure the log prevents: the resumed peer's new commitment for r0/s0 (another sample,
+    another digest) next to its first one is a proof against it."""
+    swarm = InMemorySwarm()
+    other, first = InMemoryBackend(swarm, "other"), InMemoryBackend(swarm, "victim")
+    exchange_all([other, first], 0, 0)
+    content = b"the resumed peer's other sample"
+    record = Commitment("genrl-swarm", 0, 0, "victim", hashlib.sha256(content).digest(), len(content))
+    other._remember(record, encode_signed("commit", record, first.identity.sign))
+    assert "victim" in other.proofs

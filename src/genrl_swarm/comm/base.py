@@ -29,10 +29,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import time
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, PayloadError, encode_signed, open_commitment, read_commitment
@@ -94,6 +96,8 @@ class ByteBackend(Communication):
         #: sender -> (round, two of its signed commitments for one (round, stage) that differ).
         self.proofs: dict[str, tuple[int, bytes, bytes]] = {}
         self._late: dict[str, int] = {}  # sender -> last round it was late in (no commitment, or no reveal)
+        self.signed_log: Path | None = None  # where the last (round, stage) this identity signed is kept
+        self._signed_before: tuple[int, int] | None = None  # ... as read when this peer resumed
         self.fresh_wait = 0.0  # seconds FRESH_SHARE of the current exchange's timeout is
         self._fresh_spent = -1  # the round whose short wait a fresh or late committer used up
 
@@ -130,6 +134,27 @@ class ByteBackend(Communication):
         """This peer resumes from a checkpoint at ``round``: a transport that bounds catch-up
         jumps counts them from here, not from round 0."""
 
+    def keep_signed_log(self, path: Path, resuming: bool) -> None:
+        """Remember, in ``path``, the last (round, stage) this identity signed a commitment for.
+        A peer killed mid-round and resumed would otherwise sign a second, different commitment
+        for the same (round, stage) — to everyone else, a proof of equivocation. Resuming, it sits
+        out every exchange up to the one it signed last (others see it late, which costs nothing)."""
+        self.signed_log = path
+        if resuming and path.exists():
+            try:
+                round, stage = (int(x) for x in path.read_text().split())
+            except ValueError:
+                log.warning("%s: %s is not 'round stage'; ignored", self.peer_id, path)
+            else:
+                self._signed_before = (round, stage)
+
+    def _log_signed(self, round: int, stage: int) -> None:
+        """Written before the commitment leaves this process: a kill after this line is safe."""
+        if self.signed_log is not None:
+            temp = self.signed_log.with_suffix(".tmp")
+            temp.write_text(f"{round} {stage}")
+            os.replace(temp, self.signed_log)
+
     def ready(self) -> None:
         """Called before an exchange's deadline starts: a transport's start gate (wait for
         ``min_peers`` before the first round) belongs here, so it never eats an exchange's time."""
@@ -157,6 +182,9 @@ class ByteBackend(Communication):
         basis: Sequence[Ref] = (),
     ) -> ExchangeResult:
         self.ready()
+        if self._signed_before is not None and (round, stage) <= self._signed_before:
+            log.warning("%s signed r%d/s%d before it was restarted: sits this exchange out", self.peer_id, round, stage)
+            return ExchangeResult({self.peer_id: tuple(bodies)}, bases={self.peer_id: tuple(sorted(basis))})
         deadlines = Deadlines.of(time.monotonic(), timeout)  # the protocol core's phase deadlines
         self.quarantined, self.fresh_wait = frozenset(ignore), FRESH_SHARE * timeout
         self._forget(round)
@@ -259,6 +287,7 @@ class ByteBackend(Communication):
         Quarantined senders are skipped unread; a forged, replayed or oversized one is dropped."""
         round, stage = mine.round, mine.stage
         signed = encode_signed("commit", mine, self.identity.sign)
+        self._log_signed(round, stage)
         self._remember(mine, signed)
         raw = self._exchange_bytes(round, stage, "commit", signed, _left(deadline))
         dropped.update(dict.fromkeys(raw.missing - self.quarantined, NO_COMMITMENT))
