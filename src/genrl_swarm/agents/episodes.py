@@ -22,7 +22,11 @@ from genrl_swarm.core import meter
 from genrl_swarm.core.bodies import Episode
 from genrl_swarm.core.meter import CutOff
 from genrl_swarm.envd.api import EnvClient
+from genrl_swarm.envd.errors import EnvUnavailable, SessionLost, SessionNotFound
 from genrl_swarm.envd.protocol import Stats
+
+#: Infrastructure failures of one session while acting: they end that episode (``error``), not the peer.
+LOST = (SessionLost, SessionNotFound, EnvUnavailable)
 
 
 class ReplayMismatch(ValueError):
@@ -61,12 +65,21 @@ class Session:
         """Model tokens the episode may still add (the token limit counts every id)."""
         return self.max_tokens - len(self.conversation.ids)
 
-    def turn(self, ids: Sequence[int], logprobs: Sequence[float], source: str = "own") -> None:
-        """Play the model's turn; record the environment's answer (or the end)."""
+    def turn(self, ids: Sequence[int], logprobs: Sequence[float], source: str = "own", tolerant: bool = False) -> None:
+        """Play the model's turn; record the environment's answer (or the end). ``tolerant``
+        (acting): a lost session or an unreachable service ends this episode as ``error`` (its
+        model turns so far are kept) instead of raising; replaying raises (a receiver's own
+        infrastructure failure is never the sender's fault)."""
         conv = self.conversation
         text = conv.reply(ids, logprobs)
         self.sources.append(source)
-        result = self.env.step(self.session, parse_action(text), len(conv.ids))
+        try:
+            result = self.env.step(self.session, parse_action(text), len(conv.ids))
+        except LOST:
+            if not tolerant:
+                raise
+            self.done, self.finish_reason, self.reward = True, "error", 0.0
+            return
         if result.done:
             self.done, self.finish_reason, self.reward = True, result.finish_reason or "error", result.reward
             return
@@ -138,6 +151,8 @@ def replay(episode: Episode, spec: TaskSpec, env: EnvClient, renderer: ChatRende
             s.turn(turns[at].token_ids, turns[at].logprobs)
             mine = s.conversation.turns
             if len(mine) > at + 1:  # the environment answered: the sender's next turn must be it
+                if at + 1 == len(turns) and episode.finish_reason == "error":
+                    return Replayed(0.0, "error")  # the sender's session was lost here: nothing to score
                 if at + 1 >= len(turns) or turns[at + 1] != mine[at + 1]:
                     raise ReplayMismatch(f"turn {at + 1}: the tool result does not replay in this peer's environment")
                 at += 1

@@ -88,7 +88,7 @@ class AgentPolicy(LMPolicy):
         if self._stop.is_set():
             raise RunInterrupted("interrupted while acting")
         for s, t in zip(live, self.cross.generate([s.conversation.ids for s in live], greedy)):
-            s.turn(t.ids[: s.budget], t.logprobs[: s.budget], t.source)
+            s.turn(t.ids[: s.budget], t.logprobs[: s.budget], t.source, tolerant=True)
 
     def interrupt(self) -> None:
         super().interrupt()
