@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genrl_swarm.agents.chat import ChatRenderer, Conversation
-from genrl_swarm.envd.parsing import parse_action
-from genrl_swarm.envd.types import Action, FinishReason, Reset, StepResult, TaskSpec
 from genrl_swarm.core import meter
 from genrl_swarm.core.bodies import Episode
 from genrl_swarm.core.meter import CutOff
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.errors import EnvUnavailable, SessionLost, SessionNotFound
+from genrl_swarm.envd.parsing import parse_action
 from genrl_swarm.envd.protocol import Stats
+from genrl_swarm.envd.types import Action, FinishReason, Reset, StepResult, TaskSpec
 
 #: Infrastructure failures of one session while acting: they end that episode (``error``), not the peer.
 LOST = (SessionLost, SessionNotFound, EnvUnavailable)

@@ -15,15 +15,16 @@ it for the round and counts against its sender (``RewardManager.score_state``).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from genrl_swarm.agents.chat import ChatRenderer
 from genrl_swarm.agents.episodes import replay, task_spec
 from genrl_swarm.agents.shared_env import shared_env
-from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.core import DataManager, Episode, RewardManager, Rollout, StageInput, Task
 from genrl_swarm.envd.api import EnvClient
+from genrl_swarm.envd.tasks import TASKS
+from genrl_swarm.games.agent.shaping import Scored, Shaping, format_terms
 from genrl_swarm.lm.models import SMOLLM2
 
 
@@ -72,17 +73,39 @@ class AgentData(DataManager):
 
 class AgentReward(RewardManager):
     """The reward of an episode is what this peer's environment gives when its model turns are
-    replayed there (see the module). ``model`` names the tokenizer (the policy's)."""
+    replayed there (see the module), plus the ``shaping`` weights times its format terms
+    (``shaping.py``). ``model`` names the tokenizer (the policy's). Every episode scored is kept
+    in ``scored`` (success and format terms apart) until ``take_scored`` reads them."""
 
-    def __init__(self, model: str = SMOLLM2, env: str | EnvClient = "local", renderer: ChatRenderer | None = None) -> None:
+    def __init__(
+        self,
+        model: str = SMOLLM2,
+        env: str | EnvClient = "local",
+        renderer: ChatRenderer | None = None,
+        shaping: Shaping | Mapping[str, float] | None = None,
+    ) -> None:
         self.renderer = renderer or ChatRenderer(load_tokenizer(model))
         self.env = shared_env(env) if isinstance(env, str) else env
+        self.shaping = shaping if isinstance(shaping, Shaping) else Shaping(**(shaping or {}))
+        self.scored: list[Scored] = []
 
     def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
         body = rollout.body
         if not isinstance(body, Episode):
             raise TypeError(f"a {type(body).__name__} body; the agent game scores Episode bodies")
-        return [replay(body, task_spec(task.metadata), self.env, self.renderer).reward]
+        spec = task_spec(task.metadata)
+        success = replay(body, spec, self.env, self.renderer).reward
+        replies = [self.renderer.reply_text(t.token_ids) for t in body.turns if t.role == "assistant"]
+        kind = TASKS.get(spec.task)
+        call, answer = format_terms(replies, [t.name for t in kind.tools] if kind else [])
+        scored = Scored(spec.task, success, call, answer)
+        self.scored.append(scored)
+        return [scored.reward(self.shaping)]
+
+    def take_scored(self) -> list[Scored]:
+        """The episodes scored since the last call (for the success and format metrics)."""
+        out, self.scored = self.scored, []
+        return out
 
 
 def load_tokenizer(model: str) -> Any:
