@@ -29,7 +29,6 @@ from common import machine, table
 
 from genrl_swarm.core import GameState, RewardManager, Rollout, RoundRewards, ScoredRollout, StageInput, Task
 
-
 #: The first timed round of both sides (the sync loop's warm-up is the round before).
 SYNC_ROUND = 1_000_000
 
@@ -44,7 +43,9 @@ class Digits(RewardManager):
 def make_data(tasks: int) -> Any:
     from genrl_swarm.data.reasoning_gym import ReasoningGymData
 
-    return ReasoningGymData(["basic_arithmetic"], tasks_per_round=tasks, seed=1, dataset_config={"basic_arithmetic": {"max_terms": 3, "max_digits": 2}})
+    return ReasoningGymData(
+        ["basic_arithmetic"], tasks_per_round=tasks, seed=1, dataset_config={"basic_arithmetic": {"max_terms": 3, "max_digits": 2}}
+    )
 
 
 def run_sync(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[str, Any], threads: int) -> dict[str, Any]:
@@ -144,7 +145,9 @@ def main() -> None:
     policy_kwargs = {"model": a.model, "sampling": {"num_generations": a.num_generations, "max_new_tokens": a.max_new_tokens}}
     grpo = {"learning_rate": 1e-4, "num_local": -1, "micro_batch_size": 8} | ({"off_policy": a.off_policy} if a.off_policy else {})
     load = os.getloadavg()
-    print(f"# bench_async | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | {machine()} | load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"# bench_async | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | {machine()} | load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print(f"# model {a.model} | {a.updates} updates x {a.batch_groups} prompts x {a.num_generations} completions | max_new_tokens {a.max_new_tokens}")
     rows = [run_sync(a, policy_kwargs, grpo, t) for t in a.sync_threads]
     lengths = rows[0]["lengths"]

@@ -47,7 +47,7 @@ def measure(n: int) -> tuple[str, int]:
     chain.register(*range(n))
     scored = list(range(min(n, PAGE)))
     for who in range(1, n):  # every voter but 0 scores the page's peers
-        chain.score(who, 0, {i: 0.5 for i in scored})
+        chain.score(who, 0, dict.fromkeys(scored, 0.5))
     total, largest, parts = report_gas(chain, n)
     report = f"{total:,}" if parts == 1 else f"{total:,} in {parts} parts (largest {largest:,})"
     chain.send(0, "advanceRound")

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import contextlib
+
 from common import table  # noqa: E402
 
 from genrl_swarm.envd import TaskSpec, ToolCall  # noqa: E402
@@ -36,7 +38,10 @@ from genrl_swarm.envd.client import AsyncRemoteEnv  # noqa: E402
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.machine())
+    model = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+        platform.machine(),
+    )
     load = os.getloadavg()[0]
     return f"{datetime.date.today()} | {model}, {os.cpu_count()} cores (load {load:.1f} at start) | Python {platform.python_version()}"
 
@@ -55,10 +60,8 @@ def tree_rss(root: int) -> int:
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
-        try:
+        with contextlib.suppress(OSError, IndexError, ValueError):
             total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            pass
     return total
 
 
@@ -155,7 +158,19 @@ def main() -> None:
     for n in args.sessions:
         r = asyncio.run(measure(args, n))
         print(f"  N={n}: held {r.held}, {r.steps_per_s:.0f} steps/s, p95 {r.p95_ms:.1f} ms", flush=True)
-        rows.append([f"{r.sessions:,}", f"{r.held:,}", f"{r.resets_per_s:.0f}", f"{r.steps:,}", f"{r.steps_per_s:.0f}", f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}", f"{r.rss_mb:.0f}", r.errors])
+        rows.append(
+            [
+                f"{r.sessions:,}",
+                f"{r.held:,}",
+                f"{r.resets_per_s:.0f}",
+                f"{r.steps:,}",
+                f"{r.steps_per_s:.0f}",
+                f"{r.p50_ms:.1f}",
+                f"{r.p95_ms:.1f}",
+                f"{r.rss_mb:.0f}",
+                r.errors,
+            ]
+        )
     print(f"\nenvd, calculator task, {args.workers} workers x {args.sandboxes} sandboxes, {args.concurrency} requests in flight | {header}")
     print(table(["sessions", "held", "resets/s", "steps", "steps/s", "p50 ms", "p95 ms", "server RSS MB", "tool errors"], rows))
 

@@ -44,10 +44,23 @@ from common import table  # noqa: E402  (benchmarks/ is not a package)
 from genrl_swarm.comm import InMemoryBackend, InMemorySwarm  # noqa: E402
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Commitment, encode_signed  # noqa: E402
 from genrl_swarm.coord import LocalCoordinator  # noqa: E402
-from genrl_swarm.core import Body, DataManager, GameConfig, GameManager, GameState, Policy, RewardManager, Rollout, RoundRewards, StageInput, Task, Weights  # noqa: E402
-from genrl_swarm.core.interfaces import ExchangeResult  # noqa: E402
+from genrl_swarm.core import (  # noqa: E402
+    Body,
+    DataManager,
+    GameConfig,
+    GameManager,
+    GameState,
+    Policy,
+    RewardManager,
+    Rollout,
+    RoundRewards,
+    StageInput,
+    Task,
+    Weights,
+)
 from genrl_swarm.core.bodies import Array, ArraySpec, Episode, TokenRollout, TokenSample, Trajectory, Turn  # noqa: E402
 from genrl_swarm.core.identity import Identity  # noqa: E402
+from genrl_swarm.core.interfaces import ExchangeResult  # noqa: E402
 from genrl_swarm.core.types import FORMAT_VERSION  # noqa: E402
 
 ME, HONEST, SWARM = "me", "honest-peer", "genrl-swarm"
@@ -102,7 +115,6 @@ class TextPolicy(Untrained):
         return body.outputs
 
 
-
 class FixedTasks(DataManager):
     """The same tasks every round: the arena replays one round per input."""
 
@@ -135,7 +147,6 @@ class EpisodeGame(RewardManager, Untrained):
         return [share * (body.finish_reason == "answer") + 0.0 * sum(body.logprobs)]
 
 
-
 SPEC = {"observations": ArraySpec("float32", (4,)), "actions": ArraySpec("int64"), "rewards": ArraySpec("float32"), "dones": ArraySpec("bool")}
 
 
@@ -156,7 +167,6 @@ class TrajectoryGame(RewardManager, Untrained):
 
         returns = np.nan_to_num(rollout.body.rewards.numpy().astype(np.float64)).sum()
         return [float(np.clip(returns, -1e6, 1e6)) / 1e6 + float(rollout.body.actions.numpy().max(initial=0) >= 0)]
-
 
 
 def episode(inp: StageInput, ids: Sequence[int], finish: str = "answer") -> Episode:
@@ -235,9 +245,9 @@ def _drop(peer: str, stage: int, why: str) -> Any:
 
 
 def bandit_arena() -> Arena:
-    from genrl_swarm.games.bandit import ArmPulls, BanditData, BanditReward, SoftmaxPolicy
-
     import numpy as np
+
+    from genrl_swarm.games.bandit import ArmPulls, BanditData, BanditReward, SoftmaxPolicy
 
     policies = [SoftmaxPolicy(num_contexts=16, num_arms=8, num_stages=2, num_generations=4, seed=k) for k in range(2)]
 
@@ -250,7 +260,9 @@ def bandit_arena() -> Arena:
         arms = rng.choice([(1 << 16,), (7,) * 256, (8,), (0, 1, 2, 3), tuple(rng.randrange(1 << 16) for _ in range(rng.randint(1, 256)))])
         logp = rng.choice([-1e308, -5e-324, -0.0, 0.0, -1.0])
         version = rng.choice([0, (1 << 63) - 1])
-        return "arms-edge", [wire(ArmPulls(i.task_id, i.digest, (0,), (0.0,)), arms=arms, logprobs=[logp] * len(arms), policy_version=version) for i in inputs]
+        return "arms-edge", [
+            wire(ArmPulls(i.task_id, i.digest, (0,), (0.0,)), arms=arms, logprobs=[logp] * len(arms), policy_version=version) for i in inputs
+        ]
 
     return Arena("ArmPulls (bandit)", BanditData(16, 8, 4), BanditReward(), policies[0], 2,
                  own, crafted)  # fmt: skip
@@ -296,7 +308,9 @@ def token_arena() -> Arena:
 
     def crafted(rng: random.Random, inputs: Sequence[StageInput]) -> tuple[str, list[Wire]]:
         name, text = parser_text(rng, 4000)
-        ids = rng.choice([encode(text)[:512], [rng.randrange(policy.vocab_size) for _ in range(512)], [policy.eos_ids[0]] * 512, [policy.vocab_size - 1]])
+        ids = rng.choice(
+            [encode(text)[:512], [rng.randrange(policy.vocab_size) for _ in range(512)], [policy.eos_ids[0]] * 512, [policy.vocab_size - 1]]
+        )
         lps = rng.choice([[-0.0] * len(ids), [-1e-300] * len(ids), [math.nan] * len(ids), [-1.0] * (len(ids) + 1)])
         samples = [{"completion_ids": ids, "logprobs": lps, "finish_reason": "stop"}] * rng.randint(1, 5)
         return f"tokens:{name}", [wire(b, samples=samples) for b in own(inputs, 0)]
@@ -364,7 +378,9 @@ def parser_text(rng: random.Random, limit: int) -> tuple[str, str]:
     elif kind == "mix":
         text = "".join(rng.choice(PARSER_PIECES) for _ in range(k))
     elif kind == "number":
-        text = rng.choice(["<answer>", "answer is ", "\\boxed{", ""]) + rng.choice(["9" * k, "1e" + "9" * min(k, 60), "1/" + "0" * k, "1," * k, "0." + "3" * k, "-" * k + "1"])
+        text = rng.choice(["<answer>", "answer is ", "\\boxed{", ""]) + rng.choice(
+            ["9" * k, "1e" + "9" * min(k, 60), "1/" + "0" * k, "1," * k, "0." + "3" * k, "-" * k + "1"]
+        )
     elif kind == "nested":
         text = "\\boxed{" + "{" * k + "1" + "}" * k + "}"
     elif kind == "choice":
@@ -377,7 +393,14 @@ def parser_text(rng: random.Random, limit: int) -> tuple[str, str]:
 
 
 EXTREMES: list[Any] = [(1 << 63) - 1, -(1 << 63), (1 << 64) - 1, -1, 0, 1 << 31, 1 << 16, math.nan, math.inf, -math.inf, -0.0, 1e308, -1e308, 5e-324]
-BOMBS = [b"\xdd\xff\xff\xff\xff", b"\xdb\xff\xff\xff\xffabc", b"\xc6\x7f\xff\xff\xff", b"\xdf\xff\xff\xff\xff", b"\xdc\xff\xff", b"\xc9\xff\xff\xff\xff\x01"]
+BOMBS = [
+    b"\xdd\xff\xff\xff\xff",
+    b"\xdb\xff\xff\xff\xffabc",
+    b"\xc6\x7f\xff\xff\xff",
+    b"\xdf\xff\xff\xff\xff",
+    b"\xdc\xff\xff",
+    b"\xc9\xff\xff\xff\xff\x01",
+]
 _HOLE = "\x00hole\x00"
 
 
@@ -425,7 +448,9 @@ def structure_mutation(rng: random.Random, payload: bytes) -> tuple[str, bytes]:
     announces 4 G items."""
     tree = msgspec.msgpack.decode(payload)
     path = rng.choice(list(_nodes(tree))[1:])
-    op = rng.choice(["int-extreme", "float-extreme", "type-swap", "drop-field", "extra-field", "long-string", "long-array", "deep-nesting", "header-bomb"])
+    op = rng.choice(
+        ["int-extreme", "float-extreme", "type-swap", "drop-field", "extra-field", "long-string", "long-array", "deep-nesting", "header-bomb"]
+    )
     raw = b""
     if op in ("int-extreme", "float-extreme"):
         value: Any = rng.choice([x for x in EXTREMES if isinstance(x, int if op == "int-extreme" else float)])

@@ -31,7 +31,16 @@ from genrl_swarm.rewards.reasoning import accuracy  # noqa: E402
 from genrl_swarm.scoring.rg import where  # noqa: E402
 
 #: Datasets whose Reasoning Gym scorer calls eval or sympy on the answer (audit in docs/sandbox.md).
-RISKY = ("spiral_matrix", "string_insertion", "n_queens", "polynomial_multiplication", "intermediate_integration", "simple_integration", "countdown", "puzzle24")
+RISKY = (
+    "spiral_matrix",
+    "string_insertion",
+    "n_queens",
+    "polynomial_multiplication",
+    "intermediate_integration",
+    "simple_integration",
+    "countdown",
+    "puzzle24",
+)
 
 
 def payloads(marker: Path, port: int) -> list[str]:

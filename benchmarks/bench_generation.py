@@ -127,10 +127,13 @@ def main() -> None:
     for d in gflops:
         print(f"limit {d} at start: matmul {gflops[d]:.0f} GFLOP/s / {per_token / 1e9:.3f} GFLOP per token = {limit[d]:,.0f} tokens/s")
     base = policy.sampling
-    prompts_all = [policy.prompt_ids(Task.create(f"Calculate {i} * {i + 3}.").input(0)) for i in range(max(int(b) for b in a.batches.split(",")) // a.generations)]
+    prompts_all = [
+        policy.prompt_ids(Task.create(f"Calculate {i} * {i + 3}.").input(0))
+        for i in range(max(int(b) for b in a.batches.split(",")) // a.generations)
+    ]
 
     def run(arm: Arm) -> int:
-        policy.sampling = replace(base, dtype=arm.dtype, **{k: v for k, v in ARMS[arm.name].items()})
+        policy.sampling = replace(base, dtype=arm.dtype, **dict(ARMS[arm.name].items()))
         prompts = prompts_all[: arm.batch // a.generations]
         if arm.name == "loop":
             return sum(int(policy.generate(prompts, 1).lengths.sum()) for _ in range(a.generations))
@@ -155,8 +158,22 @@ def main() -> None:
     rows = []
     for arm in arms:
         rate = statistics.median(arm.rates)
-        ref = next(x for x in arms if x.name == "lean-dynamic" and x.batch == arm.batch and x.dtype == "float32") if any(x.name == "lean-dynamic" for x in arms) else arm
-        rows.append([arm.batch, arm.dtype, arm.name, rate, f"{100 * rate / limit[arm.dtype]:.1f}%", f"{rate / statistics.median(ref.rates):.2f}x", f"{arm.setup_s:.1f}"])
+        ref = (
+            next(x for x in arms if x.name == "lean-dynamic" and x.batch == arm.batch and x.dtype == "float32")
+            if any(x.name == "lean-dynamic" for x in arms)
+            else arm
+        )
+        rows.append(
+            [
+                arm.batch,
+                arm.dtype,
+                arm.name,
+                rate,
+                f"{100 * rate / limit[arm.dtype]:.1f}%",
+                f"{rate / statistics.median(ref.rates):.2f}x",
+                f"{arm.setup_s:.1f}",
+            ]
+        )
     print(table(["batch", "dtype", "arm", "tokens/s", "% of limit", "vs fp32 lean-dynamic", "warm-up s"], rows))
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from common import machine, matmul_gflops, table
 
-from genrl_swarm.core import GameState, RoundRewards, Rollout, ScoredRollout, Task
+from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task
 from genrl_swarm.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
 from genrl_swarm.trainers.grpo import GRPOLearner
 from genrl_swarm.trainers.prefix import PrefixBatch
@@ -160,7 +160,17 @@ def levers(a: argparse.Namespace, questions: list[str], limits: dict[str, float]
         gflop, pad = executed_gflop(learner, rewards)
         dtype = "bfloat16" if cfg["precision"] == "bfloat16" else "float32"
         pct = 100 * gflop / best / limits[dtype]
-        rows.append([name, best, f"{base / best:.2f}x", a.prompts * a.generations / best, f"{100 * pad:.1f}%", gflop, f"{pct:.0f}% of {'bf16' if dtype == 'bfloat16' else 'fp32'}"])
+        rows.append(
+            [
+                name,
+                best,
+                f"{base / best:.2f}x",
+                a.prompts * a.generations / best,
+                f"{100 * pad:.1f}%",
+                gflop,
+                f"{pct:.0f}% of {'bf16' if dtype == 'bfloat16' else 'fp32'}",
+            ]
+        )
     return rows
 
 
@@ -169,7 +179,8 @@ def trl(a: argparse.Namespace, questions: list[str], bf16: bool, checkpointing: 
         cache: str | None = None) -> Split:  # fmt: skip
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer as TRLGRPOTrainer
+    from trl import GRPOConfig
+    from trl import GRPOTrainer as TRLGRPOTrainer
 
     from genrl_swarm.lm.models import load_model
 

@@ -100,7 +100,9 @@ def main() -> None:
             for name, env in (("LBF", LBF), ("RWARE", RWARE)):
                 for num_envs in map(int, a.envs.split(",")):
                     r = speed(system, env, num_envs, a.updates)
-                    rows.append([system.upper(), f"{name} {env.task.name}", num_envs, round(r["steps_per_s"]), round(r["compile_s"], 1), MAVA[(system, name)]])
+                    rows.append(
+                        [system.upper(), f"{name} {env.task.name}", num_envs, round(r["steps_per_s"]), round(r["compile_s"], 1), MAVA[(system, name)]]
+                    )
                     print("  ", rows[-1], flush=True)
         results["speed"] = rows
         print(table(["system", "scenario", "num_envs", "env steps/s", "compile s", "Mava steps/s (issue)"], rows))

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from common import machine, mean_sd, table
 
-from genrl_swarm.core import GameState, RoundRewards, Rollout, ScoredRollout, StageInput, Task, TokenRollout, Weights
+from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, StageInput, Task, TokenRollout, Weights
 from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.trainers.grpo import GRPOLearner
 

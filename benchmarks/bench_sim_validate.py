@@ -28,7 +28,18 @@ PAYLOAD = 16 << 10
 
 def measure(iters: int = 10) -> dict[int, float]:
     """Real exchange p50 (seconds) per world size, from bench_exchange.py's table."""
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_exchange.py"), "--backends", "hivemind", "--worlds", *map(str, WORLDS), "--sizes", "16 KB", "--iters", str(iters)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "bench_exchange.py"),
+        "--backends",
+        "hivemind",
+        "--worlds",
+        *map(str, WORLDS),
+        "--sizes",
+        "16 KB",
+        "--iters",
+        str(iters),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=ROOT / "benchmarks", check=True).stdout
     rows = re.findall(r"^\|\s*(\d+)\s*\|\s*16 KB\s*\|\s*([\d.,]+)\s*\|", out, flags=re.M)
     return {int(w): float(ms.replace(",", "")) / 1000 for w, ms in rows}
@@ -64,7 +75,9 @@ def main() -> None:
     for world in WORLDS:
         sim = predict(world, pull_s)
         ratio = sim / real[world]
-        print(f"| {world} | {real[world] * 1000:.1f} | {sim * 1000:.1f} | {ratio:.2f} | {'calibration' if world == 2 else ('yes' if 0.5 <= ratio <= 2 else 'NO')} |")
+        print(
+            f"| {world} | {real[world] * 1000:.1f} | {sim * 1000:.1f} | {ratio:.2f} | {'calibration' if world == 2 else ('yes' if 0.5 <= ratio <= 2 else 'NO')} |"
+        )
 
 
 if __name__ == "__main__":

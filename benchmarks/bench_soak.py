@@ -45,10 +45,20 @@ class Peer:
 
     def start(self, initial: str | None, resume: bool) -> None:
         out = self.work / f"peer{self.index}.{len(self.procs)}.out"
-        cmd = [sys.executable, "-m", "genrl_swarm.cli", "swarm", *(["--resume"] if resume else []), "--identity", str(self.work / f"peer{self.index}.key")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "genrl_swarm.cli",
+            "swarm",
+            *(["--resume"] if resume else []),
+            "--identity",
+            str(self.work / f"peer{self.index}.key"),
+        ]
         cmd += [*(["--initial-peers", initial] if initial else []), *ROUND_ARGS, f"run.dir={self.run_dir}"]
         with out.open("w") as sink:
-            self.procs.append(subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"}))
+            self.procs.append(
+                subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            )
 
     @property
     def proc(self) -> subprocess.Popen[bytes]:
@@ -171,7 +181,9 @@ def main() -> None:
         played, skipped = peer.rows(), peer.skipped()
         lost = set(range(min(played), max(played) + 1)) - played - skipped if played else set()
         rows.append([peer.index, peer.peer_id[-8:], len(peer.procs), len(played), len(skipped), len(lost), codes[peer.index]])
-    print(f"{a.peers} peers, {a.minutes:g} min, a kill every {a.kill_every:g} s (SIGKILL and SIGTERM in turn), {a.hog} hog process(es); {len(kills)} kills")
+    print(
+        f"{a.peers} peers, {a.minutes:g} min, a kill every {a.kill_every:g} s (SIGKILL and SIGTERM in turn), {a.hog} hog process(es); {len(kills)} kills"
+    )
     print(table(["peer", "id", "processes", "rounds played", "skipped (named)", "lost (silent)", "exit on SIGTERM"], rows))
     survivor = peers[0].round_times()
     (t0, r0), (t1, r1) = rss

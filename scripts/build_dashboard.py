@@ -57,7 +57,11 @@ def build(out: Path) -> None:
 
 def _files(directory: Path, skip: str = "") -> dict[str, str]:
     """Relative path -> sha256 of every file under ``directory``."""
-    return {p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in directory.rglob("*") if p.is_file() and p.name != skip}
+    return {
+        p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in directory.rglob("*")
+        if p.is_file() and p.name != skip
+    }
 
 
 def typecheck() -> None:

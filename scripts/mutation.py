@@ -48,32 +48,66 @@ class Group:
 GROUPS: dict[str, Group] = {
     "core": Group(
         ("src/genrl_swarm/core/*.py",),
-        ("tests/test_loop.py", "tests/test_exchange.py", "tests/test_hostile.py", "tests/test_local_truth.py",
-         "tests/test_codec.py", "tests/test_checkpoint.py", "tests/test_multipeer.py", "tests/test_core_units.py",
-         "tests/test_core_multipeer.py", "tests/test_trust_v3_book.py", "tests/test_trust_v3_copies.py",
-         "tests/test_trust_v4_views.py", "tests/test_trust_v4_timing.py"),
+        (
+            "tests/test_loop.py",
+            "tests/test_exchange.py",
+            "tests/test_hostile.py",
+            "tests/test_local_truth.py",
+            "tests/test_codec.py",
+            "tests/test_checkpoint.py",
+            "tests/test_multipeer.py",
+            "tests/test_core_units.py",
+            "tests/test_core_multipeer.py",
+            "tests/test_trust_v3_book.py",
+            "tests/test_trust_v3_copies.py",
+            "tests/test_trust_v4_views.py",
+            "tests/test_trust_v4_timing.py",
+        ),
     ),
     "comm": Group(
-        ("src/genrl_swarm/comm/base.py", "src/genrl_swarm/comm/codec.py", "src/genrl_swarm/comm/memory.py",
-         "src/genrl_swarm/comm/null.py", "src/genrl_swarm/comm/hivemind/membership.py"),
-        ("tests/test_exchange.py", "tests/test_codec.py", "tests/test_hostile.py", "tests/test_multipeer.py",
-         "tests/test_comm_units.py", "tests/test_trust_v4_equivocation.py", "tests/test_trust_v4_timing.py", "tests/test_trust_v4_views.py"),
+        (
+            "src/genrl_swarm/comm/base.py",
+            "src/genrl_swarm/comm/codec.py",
+            "src/genrl_swarm/comm/memory.py",
+            "src/genrl_swarm/comm/null.py",
+            "src/genrl_swarm/comm/hivemind/membership.py",
+        ),
+        (
+            "tests/test_exchange.py",
+            "tests/test_codec.py",
+            "tests/test_hostile.py",
+            "tests/test_multipeer.py",
+            "tests/test_comm_units.py",
+            "tests/test_trust_v4_equivocation.py",
+            "tests/test_trust_v4_timing.py",
+            "tests/test_trust_v4_views.py",
+        ),
     ),
     "coord": Group(
         ("src/genrl_swarm/coord/*.py",),
-        ("tests/test_coordinator_rules.py", "tests/test_multipeer.py", "tests/test_contract.py", "tests/test_coord_units.py",
-         "tests/test_trust_v3_rewards.py"),
+        (
+            "tests/test_coordinator_rules.py",
+            "tests/test_multipeer.py",
+            "tests/test_contract.py",
+            "tests/test_coord_units.py",
+            "tests/test_trust_v3_rewards.py",
+        ),
     ),
     "trainers": Group(
         ("src/genrl_swarm/trainers/*.py",),
-        ("tests/test_grpo_loss.py", "tests/test_off_policy.py", "tests/test_reference_grpo.py", "tests/test_lm.py",
-         "tests/test_grpo_speed.py", "tests/test_trust_v3_flood.py"),
+        (
+            "tests/test_grpo_loss.py",
+            "tests/test_off_policy.py",
+            "tests/test_reference_grpo.py",
+            "tests/test_lm.py",
+            "tests/test_grpo_speed.py",
+            "tests/test_trust_v3_flood.py",
+        ),
         isolation="forkserver",
     ),
     "lm": Group(
         ("src/genrl_swarm/lm/*.py",),
-        ("tests/test_lm.py", "tests/test_reference_lm.py", "tests/test_grpo_loss.py", "tests/test_sampler_bf16.py",
-         "tests/test_grpo_speed.py"),
+        ("tests/test_lm.py", "tests/test_reference_lm.py", "tests/test_grpo_loss.py", "tests/test_sampler_bf16.py", "tests/test_grpo_speed.py"),
         isolation="forkserver",
     ),
     "protocol": Group(
@@ -81,13 +115,11 @@ GROUPS: dict[str, Group] = {
         ("tests/test_protocol.py", "tests/test_sim.py", "tests/test_protocol_units.py"),
     ),
     "agents": Group(
-        ("src/genrl_swarm/envd/parsing.py", "src/genrl_swarm/envd/schema.py",
-         "src/genrl_swarm/envd/tasks/*.py"),
+        ("src/genrl_swarm/envd/parsing.py", "src/genrl_swarm/envd/schema.py", "src/genrl_swarm/envd/tasks/*.py"),
         ("tests/test_agents_parsing.py", "tests/test_agents_tasks.py", "tests/test_agents_units.py"),
     ),
     "async": Group(
-        ("src/genrl_swarm/async_grpo/buffer.py", "src/genrl_swarm/async_grpo/staleness.py",
-         "src/genrl_swarm/async_grpo/config.py"),
+        ("src/genrl_swarm/async_grpo/buffer.py", "src/genrl_swarm/async_grpo/staleness.py", "src/genrl_swarm/async_grpo/config.py"),
         ("tests/test_async_units.py", "tests/test_async_rules.py"),
     ),
 }
@@ -176,8 +208,14 @@ def run_group(name: str, group: Group, keep: bool, max_children: int) -> dict[st
     started = time.monotonic()
     log = work / "mutmut.log"
     with log.open("w") as out:
-        subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
-                       cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
     print(f"[{name}] mutmut finished in {time.monotonic() - started:.0f} s (log: {log.relative_to(ROOT)})", flush=True)
     return results(work)
 
@@ -200,8 +238,10 @@ def table(codes: dict[str, int | None], equivalent: dict[str, str]) -> bool:
         counted = sum(c.values()) - c["equivalent"] - c["skipped"]
         score = caught / counted if counted else 1.0
         ok &= score >= GOAL
-        print(f"{module:38} {sum(c.values()):7} {c['killed']:7} {c['timeout']:7} {c['survived']:8} {c['no tests']:7} "
-              f"{c['equivalent']:5} {score:6.1%}{'' if score >= GOAL else '  < goal'}")
+        print(
+            f"{module:38} {sum(c.values()):7} {c['killed']:7} {c['timeout']:7} {c['survived']:8} {c['no tests']:7} "
+            f"{c['equivalent']:5} {score:6.1%}{'' if score >= GOAL else '  < goal'}"
+        )
     print(f"\nsurviving mutants ({len(survivors)}):")
     for line in survivors:
         print("  " + line)

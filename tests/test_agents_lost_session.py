@@ -90,7 +90,10 @@ def test_a_lost_session_ends_one_episode_and_the_peer_goes_on(env: LocalEnv) -> 
     killer = KillsAWorker(env)
     spec = task_spec(tasks[0].metadata)
     s = Session.start(killer, spec, policy.renderer)
-    call = [*policy.renderer.encode('<tool_call>{"name": "calculate", "arguments": {"expression": "1 + 2"}}</tool_call>'), policy.tokenizer.eos_token_id]
+    call = [
+        *policy.renderer.encode('<tool_call>{"name": "calculate", "arguments": {"expression": "1 + 2"}}</tool_call>'),
+        policy.tokenizer.eos_token_id,
+    ]
     s.turn(call, [-0.5] * len(call), tolerant=True)
     assert (s.done, s.finish_reason) == (True, "error")
     both_workers_up(env)

@@ -57,7 +57,12 @@ def test_tool_call_renders_for_chat_templates() -> None:
     assert call.to_chat() == {"id": "call_1", "type": "function", "function": {"name": "get", "arguments": {"key": "a"}}}
 
 
-TOOL = Tool("t", "a tool", {"n": Param("integer", "n", minimum=0, maximum=9), "s": Param("string", "s", max_length=3, enum=("a", "bb")), "f": Param("boolean", "f")}, optional=frozenset({"f"}))
+TOOL = Tool(
+    "t",
+    "a tool",
+    {"n": Param("integer", "n", minimum=0, maximum=9), "s": Param("string", "s", max_length=3, enum=("a", "bb")), "f": Param("boolean", "f")},
+    optional=frozenset({"f"}),
+)
 
 
 @pytest.mark.parametrize(

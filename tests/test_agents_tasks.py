@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from genrl_swarm.envd.tasks.arith import evaluate, show
 from genrl_swarm.envd.tasks import TASKS, Setup, ToolFailure
+from genrl_swarm.envd.tasks.arith import evaluate, show
 
 calculator, sql, kv = TASKS["calculator"], TASKS["sql"], TASKS["kvstore"]
 
@@ -32,12 +32,17 @@ def test_calculator_reward(seed: int) -> None:
     assert calculator.setup(seed, None) == setup  # the seed alone fixes the question
 
 
-@pytest.mark.parametrize("expression, value", [("2+3*4", "14"), ("(2+3)*4", "20"), ("-2^2", "-4"), ("2**-1", "0.5"), ("7/3", "2.333333"), ("17 % 5", "2")])
+@pytest.mark.parametrize(
+    "expression, value", [("2+3*4", "14"), ("(2+3)*4", "20"), ("-2^2", "-4"), ("2**-1", "0.5"), ("7/3", "2.333333"), ("17 % 5", "2")]
+)
 def test_calculator_evaluates_exactly(expression: str, value: str) -> None:
     assert show(evaluate(expression)) == value
 
 
-@pytest.mark.parametrize("expression", ["__import__('os').system('true')", "1/0", "2**100000", "9" * 40 + "*" + "9" * 40, "(" * 40 + "1" + ")" * 40, "-" * 40 + "1", "1 +", "2 3"])
+@pytest.mark.parametrize(
+    "expression",
+    ["__import__('os').system('true')", "1/0", "2**100000", "9" * 40 + "*" + "9" * 40, "(" * 40 + "1" + ")" * 40, "-" * 40 + "1", "1 +", "2 3"],
+)
 def test_calculator_refuses_what_is_not_small_arithmetic(expression: str) -> None:
     with pytest.raises(ToolFailure):
         evaluate(expression)

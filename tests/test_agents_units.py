@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from genrl_swarm.envd import Answer, ToolCall, ToolError, parse_action
-from genrl_swarm.envd.tasks.arith import MAX_CHARS, MAX_DEPTH, evaluate, show
 from genrl_swarm.envd.parsing import FORMAT_HINT, MAX_CALL_CHARS
 from genrl_swarm.envd.schema import Param, Tool
 from genrl_swarm.envd.tasks import TASKS, Task, ToolFailure
+from genrl_swarm.envd.tasks.arith import MAX_CHARS, MAX_DEPTH, evaluate, show
 from genrl_swarm.envd.tasks.base import as_number
 from genrl_swarm.envd.tasks.sql import DB, MAX_ROWS, _budget
 from genrl_swarm.envd.types import MAX_ARGUMENTS, MAX_TEXT

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+
 pytest.importorskip("torch")
 import torch
 

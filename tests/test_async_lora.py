@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 pytest.importorskip("torch")
 import torch
 
@@ -59,7 +60,9 @@ def test_the_pipeline_trains_lora_adapters_and_workers_load_exactly_them() -> No
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        data = ReasoningGymData(["basic_arithmetic"], tasks_per_round=2, seed=1, dataset_config={"basic_arithmetic": {"max_terms": 2, "max_digits": 1}})
+        data = ReasoningGymData(
+            ["basic_arithmetic"], tasks_per_round=2, seed=1, dataset_config={"basic_arithmetic": {"max_terms": 2, "max_digits": 1}}
+        )
         cfg = PipelineConfig(num_workers=1, max_staleness=1, batch_groups=2, worker_cpus=1.0, learner_cpus=1.0, timeout=120.0)
         grpo = {"learning_rate": 1e-2, "num_local": -1, "num_external": 0, "micro_batch_size": 4}
         policy = LMPolicy("tiny-random", SAMPLING, lora=LORA, seed=5)

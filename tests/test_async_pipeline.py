@@ -21,6 +21,7 @@ ray = pytest.importorskip("ray")
 transformers = pytest.importorskip("transformers")  # the workers are LMPolicy replicas (bound: needed whether or not lm imports it at module level)
 
 from genrl_swarm.async_grpo.config import PipelineConfig  # noqa: E402
+
 pytest.importorskip("torch")
 from genrl_swarm.async_grpo.pipeline import AsyncPipeline  # noqa: E402
 from genrl_swarm.core import GameState, RewardManager, Rollout, RoundRewards, ScoredRollout, StageInput, Task  # noqa: E402

@@ -4,7 +4,6 @@ peers playing 3 rounds of the small game with the round advanced on chain."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess

@@ -66,7 +66,7 @@ def test_round_reward_takes_no_more_scores_than_voters() -> None:
 def test_round_winner_is_the_highest_median_and_ties_go_by_the_round_hash() -> None:
     assert round_winner(0, {}) is None
     assert round_winner(3, {"a": 0.5, "b": 0.75, "c": -1.0}) == "b"
-    tied = {p: 1.0 for p in ("a", "b", "c", "d")}
+    tied = dict.fromkeys(("a", "b", "c", "d"), 1.0)
     for r in range(4):
         assert round_winner(r, {**tied, "e": 0.5}) == min(tied, key=lambda p: tie_break(r, p))
 
@@ -350,6 +350,7 @@ def test_connect_names_an_unreachable_node() -> None:
 @pytest.fixture(scope="module")
 def tester() -> Any:
     from eth.estimators.gas import binary_gas_search
+
     from test_contract import Chain
 
     chain = Chain(accounts=4)
@@ -474,9 +475,7 @@ def test_evm_coordinator_needs_code_at_the_address(tester: Any, tmp_path: Path, 
         EvmCoordinator(key_file=str(tmp_path / "k"), w3=tester.w3)
 
 
-def test_evm_coordinator_takes_the_contract_and_key_from_the_environment(
-    tester: Any, contract: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_evm_coordinator_takes_the_contract_and_key_from_the_environment(tester: Any, contract: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GENRL_SWARM_CONTRACT", contract.address)
     monkeypatch.setenv("PEER_KEY", tester.keys[2])
     c = EvmCoordinator(key_env="PEER_KEY", w3=tester.w3, round_wait=7.0, retries=2)
@@ -484,9 +483,7 @@ def test_evm_coordinator_takes_the_contract_and_key_from_the_environment(
     assert c.contract.address == contract.address and c.claimed == {} and c.accounts == {}
 
 
-def test_register_binds_the_peer_and_warns_on_another_label(
-    tester: Any, contract: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_register_binds_the_peer_and_warns_on_another_label(tester: Any, contract: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     c = coordinator(tester, contract, tmp_path, 1)
     c.register("p1")
     assert contract.functions.labels([c.account]).call() == ["p1"] and c.accounts == {"p1": c.account} and c.peer_id == "p1"
@@ -533,9 +530,7 @@ def test_a_claim_is_confirmed_only_by_the_accounts_own_label(tester: Any, contra
     assert me.tally("p9") == (0.0, 0) and me.tally("p1") == (0.0, 0)
 
 
-def test_report_submits_bounded_scores_of_confirmed_others(
-    tester: Any, contract: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_report_submits_bounded_scores_of_confirmed_others(tester: Any, contract: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     me, b, c = (coordinator(tester, contract, tmp_path, i) for i in (1, 2, 3))
     for peer, co in (("p1", me), ("p2", b), ("p3", c)):
         co.register(peer)

@@ -18,15 +18,24 @@ from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright 
 
 from genrl_swarm.dashboard.background import Background  # noqa: E402
 from genrl_swarm.dashboard.hub import Hub  # noqa: E402
-from genrl_swarm.run.events import EVENTS_FILE  # noqa: E402
 from genrl_swarm.dashboard.runs import RunWatcher  # noqa: E402
+from genrl_swarm.run.events import EVENTS_FILE  # noqa: E402
 from test_dashboard_data import tamper_reveal, write_rows  # noqa: E402
 
 pytestmark = pytest.mark.slow  # Chromium
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Without the background-networking flags Chromium's own connections get refused many at a time here.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 EVIL = '<img src=x onerror="window.__pwned=1">'
 #: Set to a path to keep the screenshot of the bandit run (the README's is made this way).
 SCREENSHOT_ENV = "GENRL_SWARM_DASHBOARD_SCREENSHOT"
@@ -107,10 +116,28 @@ def test_the_page_shows_a_bandit_run_its_curves_leaderboard_and_a_dropped_payloa
 
 def test_a_peer_id_holding_html_is_shown_as_text_and_runs_nothing(browser: Browser, tmp_path: Path) -> None:
     observer, local_evil = tmp_path / "run" / "peer-0", '<b id="bold">x</b><script>window.__pwned=2</script>'
-    rows = [{"round": r, "peer": "peer-0", "reward/own": 0.5, f"reward/peer/{EVIL}": 0.25, f"dropped/{EVIL}": 1, "reward/cumulative": r, "wins": 0} for r in range(3)]
+    rows = [
+        {"round": r, "peer": "peer-0", "reward/own": 0.5, f"reward/peer/{EVIL}": 0.25, f"dropped/{EVIL}": 1, "reward/cumulative": r, "wins": 0}
+        for r in range(3)
+    ]
     write_rows(observer / "metrics.jsonl", rows)
-    write_rows(observer / EVENTS_FILE, [{"t": 1.0, "kind": "drop", "round": 1, "stage": 0, "sender": EVIL, "drop": "payload", "reason": f"from {EVIL}: <svg onload=window.__pwned=3>"}])
-    write_rows(tmp_path / "run" / "other" / "metrics.jsonl", [{"round": 0, "peer": local_evil, "reward/own": 0.1, "reward/cumulative": 9.0, "wins": 1}])
+    write_rows(
+        observer / EVENTS_FILE,
+        [
+            {
+                "t": 1.0,
+                "kind": "drop",
+                "round": 1,
+                "stage": 0,
+                "sender": EVIL,
+                "drop": "payload",
+                "reason": f"from {EVIL}: <svg onload=window.__pwned=3>",
+            }
+        ],
+    )
+    write_rows(
+        tmp_path / "run" / "other" / "metrics.jsonl", [{"round": 0, "peer": local_evil, "reward/own": 0.1, "reward/cumulative": 9.0, "wins": 1}]
+    )
     with Background(Hub(RunWatcher([tmp_path / "run"]), interval=0.05, min_push=0.05)) as url:
         page = open_page(browser, url)
         ids = texts(page, "#peers-body td[data-col=id]")
@@ -125,7 +152,10 @@ def test_a_peer_id_holding_html_is_shown_as_text_and_runs_nothing(browser: Brows
 
 def test_100_peers_are_paged_and_their_curves_downsampled(browser: Browser, tmp_path: Path) -> None:
     for p in range(100):
-        write_rows(tmp_path / "run" / f"peer-{p:03d}" / "metrics.jsonl", [{"round": r, "peer": f"peer-{p:03d}", "reward/own": (r + p) / 400, "reward/cumulative": p / 10, "wins": 0} for r in range(300)])
+        write_rows(
+            tmp_path / "run" / f"peer-{p:03d}" / "metrics.jsonl",
+            [{"round": r, "peer": f"peer-{p:03d}", "reward/own": (r + p) / 400, "reward/cumulative": p / 10, "wins": 0} for r in range(300)],
+        )
     with Background(Hub(RunWatcher([tmp_path / "run"]), max_points=100)) as url:
         page = open_page(browser, url)
         assert page.locator("#peer-page").text_content() == "page 1 of 4 · 100 peers"

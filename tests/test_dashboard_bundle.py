@@ -10,12 +10,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from fnmatch import fnmatch
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).parents[1]
 STATIC = ROOT / "src" / "genrl_swarm" / "dashboard" / "static"
@@ -33,7 +33,9 @@ def build_script() -> ModuleType:
 def test_the_shipped_bundle_records_the_hash_of_this_source() -> None:
     """Runs everywhere (no Node needed): an edit under dashboard/src without a rebuild fails here."""
     manifest = json.loads((STATIC / "build.json").read_text())
-    assert manifest["source_sha256"] == build_script().source_sha256(), "dashboard/ changed since the bundle was built: run python scripts/build_dashboard.py"
+    assert manifest["source_sha256"] == build_script().source_sha256(), (
+        "dashboard/ changed since the bundle was built: run python scripts/build_dashboard.py"
+    )
     assert sorted(manifest["files"]) == sorted(p.relative_to(STATIC).as_posix() for p in STATIC.rglob("*") if p.is_file() and p.name != "build.json")
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from genrl_swarm.dashboard.downsample import buckets, series
-from genrl_swarm.run.events import EVENTS_FILE
 from genrl_swarm.dashboard.runs import RunWatcher
 from genrl_swarm.dashboard.tail import JsonlTail
 from genrl_swarm.dashboard.view import snapshot
+from genrl_swarm.run.events import EVENTS_FILE
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]], mode: str = "a") -> None:
@@ -42,7 +42,10 @@ def test_tail_reads_whole_lines_once_and_rereads_a_rewritten_file(tmp_path: Path
 
 def test_curves_of_100_peers_are_downsampled_aligned_and_averaged(tmp_path: Path) -> None:
     for p in range(100):
-        write_rows(tmp_path / "run" / f"peer-{p}" / "metrics.jsonl", [row(f"peer-{p}", r, **{"time/exchange_s0": 0.5, "time/train": 0.25}) for r in range(400)])
+        write_rows(
+            tmp_path / "run" / f"peer-{p}" / "metrics.jsonl",
+            [row(f"peer-{p}", r, **{"time/exchange_s0": 0.5, "time/train": 0.25}) for r in range(400)],
+        )
     watcher = RunWatcher([tmp_path / "run"])
     assert watcher.poll()
     snap = snapshot(list(watcher.peers.values()), max_points=80)
@@ -57,7 +60,13 @@ def test_curves_of_100_peers_are_downsampled_aligned_and_averaged(tmp_path: Path
 
 def test_peers_seen_only_by_others_drops_reasons_and_quarantines(tmp_path: Path) -> None:
     me = tmp_path / "run" / "me"
-    write_rows(me / "metrics.jsonl", [row("me", 0, **{"reward/peer/far": 0.4, "dropped/far": 2, "reward/cumulative": 1.5, "wins": 1}), row("me", 1, **{"reward/peer/far": 0.4, "dropped/far": 1, "reward/cumulative": 2.0, "wins": 1})])
+    write_rows(
+        me / "metrics.jsonl",
+        [
+            row("me", 0, **{"reward/peer/far": 0.4, "dropped/far": 2, "reward/cumulative": 1.5, "wins": 1}),
+            row("me", 1, **{"reward/peer/far": 0.4, "dropped/far": 1, "reward/cumulative": 2.0, "wins": 1}),
+        ],
+    )
     write_rows(me / EVENTS_FILE, [
         {"t": 1.0, "kind": "start", "peer": "me", "backend": "HivemindBackend", "stages": 2, "max_rounds": 10},
         {"t": 2.0, "kind": "drop", "round": 1, "stage": 0, "sender": "far", "drop": "payload", "reason": "revealed payload does not match its commitment"},
@@ -71,14 +80,19 @@ def test_peers_seen_only_by_others_drops_reasons_and_quarantines(tmp_path: Path)
     assert peers["me"]["backend"] == "HivemindBackend" and (peers["me"]["round"], peers["me"]["stage"]) == (2, 1)
     far = peers["far"]
     assert far["local"] is False and far["dropped"] == 3 and far["quarantined_by"] == 1 and far["scored"] == 0.4
-    assert far["reasons"][0].startswith("quarantined: payload: revealed") and "payload: revealed payload does not match its commitment" in far["reasons"]
+    assert (
+        far["reasons"][0].startswith("quarantined: payload: revealed") and "payload: revealed payload does not match its commitment" in far["reasons"]
+    )
     assert snap["progress"] == {"round": 2, "rounds_done": 2, "max_rounds": 10, "stages": 2, "peers_at": [[2, 1]]}
     assert [i["kind"] for i in snap["incidents"]] == ["quarantine", "payload"]
 
 
 def test_the_leaderboard_is_each_peers_last_tally_best_first(tmp_path: Path) -> None:
     for peer, total, wins in (("a", 1.0, 3), ("b", 2.5, 0), ("c", 1.0, 4)):
-        write_rows(tmp_path / "run" / peer / "metrics.jsonl", [row(peer, 0, **{"reward/cumulative": 0.1, "wins": 0}), row(peer, 1, **{"reward/cumulative": total, "wins": wins})])
+        write_rows(
+            tmp_path / "run" / peer / "metrics.jsonl",
+            [row(peer, 0, **{"reward/cumulative": 0.1, "wins": 0}), row(peer, 1, **{"reward/cumulative": total, "wins": wins})],
+        )
     watcher = RunWatcher([tmp_path / "run"])
     watcher.poll()
     board = snapshot(list(watcher.peers.values()), max_points=10)["leaderboard"]
@@ -186,8 +200,13 @@ def test_hostile_lines_are_skipped_and_later_rows_still_arrive(tmp_path: Path) -
         f.write('{"round": 1e999, "reward/own": 1e999}\n')
         f.write('{"round": 99999999999999999999, "reward/own": 0.5}\n')
     write_rows(peer / "metrics.jsonl", [row("peer-0", r, **{"reward/cumulative": 1e300 * 1e10, "wins": 10**40}) for r in range(1, 4)])
-    write_rows(peer / EVENTS_FILE, [{"t": 1e999, "kind": "start", "peer": "peer-0", "stages": float("nan"), "max_rounds": 10**30, "start_round": float("inf")},
-                                    {"t": 2.0, "kind": "drop", "round": 10**30, "stage": -5, "sender": "x", "reason": "r"}])
+    write_rows(
+        peer / EVENTS_FILE,
+        [
+            {"t": 1e999, "kind": "start", "peer": "peer-0", "stages": float("nan"), "max_rounds": 10**30, "start_round": float("inf")},
+            {"t": 2.0, "kind": "drop", "round": 10**30, "stage": -5, "sender": "x", "reason": "r"},
+        ],
+    )
     hub.refresh(1.0)
     log = next(iter(hub.runs.peers.values()))
     assert sorted(log.rows) == [0, 1, 2, 3] and log.metrics.skipped == 2  # rows with a round of 1e999 or 10**20 parse, then are ignored
@@ -206,8 +225,13 @@ def test_20k_metric_keys_cap_peer_rows_series_and_payload(tmp_path: Path) -> Non
     from genrl_swarm.dashboard.hub import Hub
 
     cap = 256  # runs.MAX_KEYS (dropped/ and success/ keys kept per peer) and view.MAX_REMOTE_PEERS
-    rows = [row("peer-0", r, **{f"dropped/sybil-{r}-{i}": 1 + (i == 7) for i in range(10_000)}, **{f"success/t{r}-{i}": 1.0 for i in range(10_000)}) for r in range(2)]
-    rows.append(row("peer-0", 1, **{f"dropped/sybil-1-{i}": 1 for i in range(10_000)}, **{f"reward/peer/judged-{i}": 0.5 for i in range(1000)}))  # round 1 replayed
+    rows = [
+        row("peer-0", r, **{f"dropped/sybil-{r}-{i}": 1 + (i == 7) for i in range(10_000)}, **{f"success/t{r}-{i}": 1.0 for i in range(10_000)})
+        for r in range(2)
+    ]
+    rows.append(
+        row("peer-0", 1, **{f"dropped/sybil-1-{i}": 1 for i in range(10_000)}, **{f"reward/peer/judged-{i}": 0.5 for i in range(1000)})
+    )  # round 1 replayed
     write_rows(tmp_path / "run" / "peer-0" / "metrics.jsonl", rows)
     tracemalloc.start()
     hub = Hub(RunWatcher([tmp_path / "run"]))

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -107,7 +106,13 @@ def test_a_new_row_is_pushed_to_an_open_stream(tmp_path: Path) -> None:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "genrl_swarm.cli", "dashboard", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "genrl_swarm.cli", "dashboard", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_binding_elsewhere_needs_allow_remote_and_then_a_token(tmp_path: Path) -> None:
@@ -133,7 +138,9 @@ def test_binding_elsewhere_needs_allow_remote_and_then_a_token(tmp_path: Path) -
         remote.wait(timeout=30)
 
 
-def test_bad_options_are_one_line_before_anything_is_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_options_are_one_line_before_anything_is_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from genrl_swarm.cli import main
     from genrl_swarm.dashboard import serve
 
@@ -161,7 +168,18 @@ def test_the_loopback_host_check_parses_strictly(tmp_path: Path) -> None:
         port = urlsplit(url).port
         for host in (f"127.0.0.1:{port}", "[::1]:8050", "[::1]", "LOCALHOST"):
             assert get(url, "/api/snapshot", {"Host": host})[0] == 200, host
-        for host in ("127.0.0.1:80@evil.com", "[::1]evil", "[::1]:80@evil.com", "localhost:80:81", "localhost:http", "localhost:", "127.0.0.1 evil.com", "localhost.evil.com:80", "[::1]:99999", "localhost:123456"):
+        for host in (
+            "127.0.0.1:80@evil.com",
+            "[::1]evil",
+            "[::1]:80@evil.com",
+            "localhost:80:81",
+            "localhost:http",
+            "localhost:",
+            "127.0.0.1 evil.com",
+            "localhost.evil.com:80",
+            "[::1]:99999",
+            "localhost:123456",
+        ):
             assert get(url, "/api/snapshot", {"Host": host})[0] == 403, host
 
 

@@ -212,8 +212,14 @@ def _run_commands(page: Path) -> list[list[str]]:
     return commands
 
 
-@pytest.mark.parametrize("page", [README, *(DOCS / p for p in ("getting-started.md", "recipes.md", "scaling.md", "paradigms/lm.md", "paradigms/marl.md"))], ids=lambda p: p.name)
-def test_the_documented_run_commands_are_valid_recipes(page: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "page",
+    [README, *(DOCS / p for p in ("getting-started.md", "recipes.md", "scaling.md", "paradigms/lm.md", "paradigms/marl.md"))],
+    ids=lambda p: p.name,
+)
+def test_the_documented_run_commands_are_valid_recipes(
+    page: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each documented ``genrl-swarm run`` names a recipe that exists with overrides that check
     (``genrl-swarm validate --no-build``: types and imports, no model loaded)."""
     commands = _run_commands(page)
@@ -264,6 +270,7 @@ def test_every_source_file_the_docs_name_exists() -> None:
             if name not in RUNTIME_FILES and not any(f == name or f.endswith("/" + name.lstrip("./")) for f in tracked):
                 missing.append(f"{page.name}: {name}")
     assert not missing, f"the docs name files that do not exist: {missing}"
+
 
 # --------------------------------------------------------------------------- the generated group reference
 CONF = ROOT / "src" / "genrl_swarm" / "conf"

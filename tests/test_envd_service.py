@@ -26,16 +26,29 @@ import pytest
 
 grpc = pytest.importorskip("grpc")
 
-from genrl_swarm.envd import EnvError, EnvUnavailable, InvalidRequest, Overloaded, SessionLost, SessionNotFound, TaskSpec, ToolCall, parse_action
-from genrl_swarm.sandbox.frames import pack
+from genrl_swarm.envd import (
+    EnvClient,
+    EnvdConfig,
+    EnvError,
+    Environment,
+    EnvUnavailable,
+    InvalidRequest,
+    Overloaded,
+    SessionLost,
+    SessionNotFound,
+    TaskSpec,
+    ToolCall,
+    connect,
+    parse_action,
+)
+from genrl_swarm.envd.client import RemoteEnv
 from genrl_swarm.envd.host import HostConfig
 from genrl_swarm.envd.jobs import SandboxLimits
-from genrl_swarm.envd.types import MAX_TEXT, Message, StepResult, ToolError
-from genrl_swarm.envd import EnvClient, EnvdConfig, Environment, connect
-from genrl_swarm.envd.client import RemoteEnv
 from genrl_swarm.envd.protocol import WorkerReply
 from genrl_swarm.envd.server import EnvServer
+from genrl_swarm.envd.types import MAX_TEXT, Message, StepResult, ToolError
 from genrl_swarm.envd.workers import WorkerLink
+from genrl_swarm.sandbox.frames import pack
 
 pytestmark = pytest.mark.slow  # gRPC servers and worker processes
 
@@ -235,7 +248,10 @@ def test_in_process_mode_has_the_same_interface() -> None:
         assert play_calculator(local, 3) == 1.0
         assert play_calculator(local, 4, wrong=True) == 0.0
         session = local.reset(TaskSpec("kvstore", 1)).session
-        assert local.step(session, parse_action('<tool_call>{"name": "get", "arguments": {"key": "nope"}}</tool_call>')).message.content == "Error: no key 'nope'"
+        assert (
+            local.step(session, parse_action('<tool_call>{"name": "get", "arguments": {"key": "nope"}}</tool_call>')).message.content
+            == "Error: no key 'nope'"
+        )
         with pytest.raises(SessionNotFound):
             local.step("0123456789abcdef", ToolCall("get", {"key": "a"}))
 
@@ -255,4 +271,3 @@ def test_cli_serves_until_terminated() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-

@@ -24,7 +24,18 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from bench_fuzz import (  # noqa: E402
-    ARENAS, BOMBS, EXTREMES, HONEST, ME, PARSER_PIECES, STRANGER, Arena, Case, commitment, envelope, structure_mutation,
+    ARENAS,
+    BOMBS,
+    EXTREMES,
+    HONEST,
+    ME,
+    PARSER_PIECES,
+    STRANGER,
+    Arena,
+    Case,
+    commitment,
+    envelope,
+    structure_mutation,
 )  # fmt: skip
 
 from genrl_swarm.core.identity import Identity  # noqa: E402
@@ -59,13 +70,19 @@ def logprobs_for(ids: list[Any]) -> st.SearchStrategy[list[float]]:
 def body_fields(kind: str, a: Arena) -> st.SearchStrategy[dict[str, Any]]:
     if kind == "bandit":
         arms = st.lists(st.integers(-1, (1 << 16) + 1) | st.sampled_from([0, 7, 8]), min_size=0, max_size=260)
-        return arms.flatmap(lambda x: st.fixed_dictionaries({"type": st.just("arms"), "arms": st.just(x), "logprobs": logprobs_for(x), "policy_version": numbers}))
+        return arms.flatmap(
+            lambda x: st.fixed_dictionaries({"type": st.just("arms"), "arms": st.just(x), "logprobs": logprobs_for(x), "policy_version": numbers})
+        )
     if kind == "text":
         return st.fixed_dictionaries({"type": st.just("echo"), "outputs": st.lists(parser_text, max_size=6)})
     policy: Any = a.policy
     encoded = parser_text.map(lambda t: list(policy.tokenizer(t[:3000], add_special_tokens=False)["input_ids"])[:520])
     ids = st.one_of(encoded, st.lists(st.integers(0, policy.vocab_size + 2), max_size=40), st.lists(st.integers(-1, (1 << 31)), max_size=4))
-    sample = ids.flatmap(lambda x: st.fixed_dictionaries({"completion_ids": st.just(x), "logprobs": logprobs_for(x), "finish_reason": st.sampled_from(["stop", "length", "oops"])}))
+    sample = ids.flatmap(
+        lambda x: st.fixed_dictionaries(
+            {"completion_ids": st.just(x), "logprobs": logprobs_for(x), "finish_reason": st.sampled_from(["stop", "length", "oops"])}
+        )
+    )
     return st.fixed_dictionaries({
         "type": st.just("tokens"), "samples": st.lists(sample, max_size=6), "policy_version": numbers,
         "tokenizer": st.sampled_from([policy.fingerprint, "someone else's"]),

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import pytest
+
 pytest.importorskip("torch")
 import torch
 
@@ -98,7 +99,10 @@ def test_micro_batches_accumulate_to_the_full_batch(aggregation: str, off_policy
     opts: dict[str, Any] = {"aggregation": aggregation, "off_policy": off_policy}
     full, _ = grpo_loss(logp, old, adv, mask, behaviour_logp=behaviour, **opts)
     totals: dict[str, Any] = {"total_tokens": float(mask.sum()), "total_sequences": 4.0}
-    parts = [grpo_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], behaviour_logp=behaviour[i : i + 2], **opts, **totals)[0] for i in (0, 2)]
+    parts = [
+        grpo_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], behaviour_logp=behaviour[i : i + 2], **opts, **totals)[0]
+        for i in (0, 2)
+    ]
     assert float(sum(parts)) == pytest.approx(float(full), rel=1e-5)
 
 

@@ -23,11 +23,12 @@ from typing import Any
 
 import msgspec
 import pytest
+
 pytest.importorskip("torch")
 import torch
 
 import genrl_swarm.trainers.logprobs as logprobs
-from genrl_swarm.core import GameState, RoundRewards, Rollout, ScoredRollout, Task, TokenRollout
+from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task, TokenRollout
 from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.trainers.grpo import GRPOLearner, Sample
 from genrl_swarm.trainers.grpo_loss import group_advantages, grpo_loss
@@ -202,7 +203,9 @@ def _sample(body: TokenRollout, s: Any) -> Sample:
 
 
 @pytest.mark.parametrize("epochs, passes", [(1, 1), (2, 3)])
-def test_shared_prefix_stores_proximal_logprobs_only_for_several_epochs(policy: LMPolicy, bodies: list[TokenRollout], epochs: int, passes: int) -> None:
+def test_shared_prefix_stores_proximal_logprobs_only_for_several_epochs(
+    policy: LMPolicy, bodies: list[TokenRollout], epochs: int, passes: int
+) -> None:
     fed: list[tuple[bool, list[int]]] = []
     learner_grads(policy, bodies, torch.float32, fed, num_epochs=epochs)
     assert sum(first for first, _ in fed) == passes * len({tuple(b.prompt_ids) for b in bodies})

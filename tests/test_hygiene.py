@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import ast
 import gc
-import tomllib
 from functools import cache
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).parents[1]
 SRC = ROOT / "src"

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 pytest.importorskip("torch")
 import torch
 
-from genrl_swarm.core import GameState, RoundRewards, Rollout, RunInterrupted, ScoredRollout, StageInput, Task, TokenRollout, TokenSample, Weights
+from genrl_swarm.core import GameState, Rollout, RoundRewards, RunInterrupted, ScoredRollout, StageInput, Task, TokenRollout, TokenSample, Weights
 from genrl_swarm.lm.answers import answers_match, extract_answer, extract_for, well_formatted
 from genrl_swarm.lm.models import ModelLoadError, load_model
 from genrl_swarm.lm.policy import LMPolicy
@@ -275,6 +276,7 @@ def test_learner_trains_on_exactly_the_sampled_ids(monkeypatch: pytest.MonkeyPat
         fed.extend([i for i, m in zip(row, keep) if m] for row, keep in zip(kwargs["input_ids"].tolist(), kwargs["attention_mask"].tolist()))
 
     real_loss = grpo.grpo_loss
+
     def spy(*a: Any, **k: Any) -> Any:
         masks.extend(a[3].sum(1).tolist())
         return real_loss(*a, **k)
@@ -357,9 +359,9 @@ def test_load_weights_shares_in_process_and_copies_otherwise(policy: LMPolicy) -
 
 
 def test_checkpoint_restores_weights_version_rng_and_optimizer(tmp_path: Path) -> None:
-    from transformers import AutoModelForCausalLM
-
     from dataclasses import asdict
+
+    from transformers import AutoModelForCausalLM
 
     policy, (inp,) = make(seed=8), inputs("q")
     learner = GRPOLearner(policy, {"learning_rate": 1e-2, "warmup_steps": 3}, seed=4)
@@ -405,7 +407,10 @@ def test_lora_trains_only_adapters_and_checkpoints_them(tmp_path: Path) -> None:
 
 
 def test_missing_model_error_says_what_was_tried(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match=r"(?s)cannot load model 'no-such-org/no-such-model': tried hub id 'no-such-org/no-such-model' \(not a local directory\).*Fix: pass a local directory"):
+    with pytest.raises(
+        ModelLoadError,
+        match=r"(?s)cannot load model 'no-such-org/no-such-model': tried hub id 'no-such-org/no-such-model' \(not a local directory\).*Fix: pass a local directory",
+    ):
         load_model("no-such-org/no-such-model")
     with pytest.raises(ModelLoadError, match=rf"cannot load model '{tmp_path}': tried local directory {tmp_path}: "):
         load_model(str(tmp_path))
@@ -590,7 +595,15 @@ def test_two_lm_peers_train_on_each_others_token_rollouts(tmp_path: Path) -> Non
         pol = LMPolicy("tiny-random", {"num_generations": 2, "max_new_tokens": 4}, system_prompt=prompts[comm.peer_id], seed=int(comm.peer_id[-1]))
         learner = GRPOLearner(pol, {"num_local": 2, "num_external": 4})
         reward = type("ByIndex", (ReasoningReward,), {"score": lambda self, task, inp, r: [float(i) for i in range(len(r.texts))]})()
-        game = GameManager(FileQAData(str(path), tasks_per_round=2, eval_size=1), reward, pol, learner, comm, LocalCoordinator(), GameConfig(max_rounds=1, exchange_timeout=30))
+        game = GameManager(
+            FileQAData(str(path), tasks_per_round=2, eval_size=1),
+            reward,
+            pol,
+            learner,
+            comm,
+            LocalCoordinator(),
+            GameConfig(max_rounds=1, exchange_timeout=30),
+        )
         results[comm.peer_id] = game.run()
 
     threads = [threading.Thread(target=play, args=(c,)) for c in InMemoryBackend.spawn(3)]

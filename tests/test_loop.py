@@ -31,8 +31,12 @@ def test_round_order_and_hooks() -> None:
     m.run()
     assert log == [
         "tasks r0",
-        "inputs s0", "act s0", "after_stage s0 got 1 of 1",
-        "inputs s1", "act s1", "after_stage s1 got 1 of 1",
+        "inputs s0",
+        "act s0",
+        "after_stage s0 got 1 of 1",
+        "inputs s1",
+        "act s1",
+        "after_stage s1 got 1 of 1",
         "after_rewards 4",  # 2 tasks x 2 stages, own rollouts
         "train s0,s1",
         "after_round r0",
@@ -95,7 +99,15 @@ def test_act_must_answer_every_input() -> None:
         m.run()
 
 
-@pytest.mark.parametrize("field, value, rule", [("num_stages", 0, ">= 1"), ("max_rounds", -1, ">= 0"), ("exchange_timeout", 0, "> 0 and finite"), ("exchange_timeout", float("inf"), "> 0 and finite")])
+@pytest.mark.parametrize(
+    "field, value, rule",
+    [
+        ("num_stages", 0, ">= 1"),
+        ("max_rounds", -1, ">= 0"),
+        ("exchange_timeout", 0, "> 0 and finite"),
+        ("exchange_timeout", float("inf"), "> 0 and finite"),
+    ],
+)
 def test_bad_game_config_names_the_field(field: str, value: object, rule: str) -> None:
     with pytest.raises(ValueError, match=f"^{field} must be {rule}, got {value}$"):
         GameConfig(**{field: value})  # type: ignore[arg-type]
@@ -104,7 +116,7 @@ def test_bad_game_config_names_the_field(field: str, value: object, rule: str) -
 def test_policy_never_sees_the_ground_truth() -> None:
     m, game = manager([], num_stages=2, max_rounds=1)
     m.run()
-    assert game.seen_inputs and all("secret" not in i.context and "a" != i.prompt for i in game.seen_inputs)
+    assert game.seen_inputs and all("secret" not in i.context and i.prompt != "a" for i in game.seen_inputs)
     assert all(not hasattr(i, "answer") for i in game.seen_inputs)
 
 

@@ -19,7 +19,9 @@ from genrl_swarm.marl.envs import MultiAgentEnv  # noqa: E402
 pytestmark = pytest.mark.slow  # JAX compiles each environment
 
 TINY_LBF = Scenario("5x5-2p-1f", "lbf", {"grid_size": 5, "fov": 5, "num_agents": 2, "num_food": 1, "max_agent_level": 2, "force_coop": False})
-TINY_2AG = Scenario("tiny-2ag", "rware", {"shelf_rows": 1, "shelf_columns": 3, "column_height": 8, "num_agents": 2, "sensor_range": 1, "request_queue_size": 2})
+TINY_2AG = Scenario(
+    "tiny-2ag", "rware", {"shelf_rows": 1, "shelf_columns": 3, "column_height": 8, "num_agents": 2, "sensor_range": 1, "request_queue_size": 2}
+)
 
 
 class Played(NamedTuple):

@@ -171,6 +171,7 @@ class EvmReferee(Referee):
 def evm_swarm(tmp_path_factory: pytest.TempPathFactory) -> EvmSwarm:
     pytest.importorskip("web3")
     from eth.estimators.gas import binary_gas_search
+
     from test_contract import Chain
 
     chain = Chain(accounts=len(PEERS))
@@ -210,7 +211,7 @@ def test_a_tie_goes_to_one_peer_by_the_per_round_hash(referee: Referee) -> None:
     for r in (0, 2):
         everyone_reports(referee, r, {"p0": 0.25, "p1": 0.75, "p2": 0.75, "p3": 0.75})
         referee.settle(r)
-    expected = {p: 0 for p in PEERS}
+    expected = dict.fromkeys(PEERS, 0)
     for r in (0, 2):
         expected[referee.tie_winner(r, ["p1", "p2", "p3"])] += 1
     assert referee.wins() == expected
@@ -287,9 +288,13 @@ def test_local_books_are_the_same_before_and_after_a_round_settles() -> None:
     everyone_reports(ref, 1, {"p0": 0.5, "p1": 0.0, "p2": 0.0, "p3": 0.25})
     open_books = ref.standings(), ref.wins()
     ref.settle(1)  # freezes round 0 and round 1
-    assert (ref.standings(), ref.wins()) == open_books == (
-        {"p0": 0.75, "p1": 0.75, "p2": 0.5, "p3": 0.25},
-        {"p0": 1, "p1": 1, "p2": 0, "p3": 0},
+    assert (
+        (ref.standings(), ref.wins())
+        == open_books
+        == (
+            {"p0": 0.75, "p1": 0.75, "p2": 0.5, "p3": 0.25},
+            {"p0": 1, "p1": 1, "p2": 0, "p3": 0},
+        )
     )
 
 
@@ -324,7 +329,12 @@ def mine(peer: str, stage: int = 0) -> Echo:
 
 
 def member_posts(
-    swarm: InMemorySwarm, member: InMemoryBackend, round: int, stage: int, payload: bytes, reveal_after: float = 0.2,
+    swarm: InMemorySwarm,
+    member: InMemoryBackend,
+    round: int,
+    stage: int,
+    payload: bytes,
+    reveal_after: float = 0.2,
     signed_for: tuple[int, int] | None = None,
 ) -> None:
     """``member`` commits to ``payload`` (signed for ``signed_for`` round/stage if given) now and reveals

@@ -7,10 +7,11 @@ import math
 from typing import Any
 
 import pytest
+
 pytest.importorskip("torch")
 import torch
 
-from genrl_swarm.core import GameState, RoundRewards, Rollout, ScoredRollout, Task, TokenRollout, TokenSample
+from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task, TokenRollout, TokenSample
 from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.trainers.grpo import GRPOLearner, Sample
 from genrl_swarm.trainers.grpo_loss import grpo_loss, importance_weights, k3_kl
@@ -98,8 +99,9 @@ def gradient(mode: str, shift: tuple[float, float], sender: str = "me") -> tuple
     # The plain per-sequence path: its log-probs are bitwise those of token_logps (own_logprobs),
     # which the 1e-8 tolerances below rely on; the shared-prefix path is checked against it in
     # tests/test_grpo_speed.py.
-    learner = GRPOLearner(p, {"off_policy": mode, "is_cap": 2.0, "max_grad_norm": 1e9, "learning_rate": 0.0, "num_external": 1,
-                              "shared_prefix": False})
+    learner = GRPOLearner(
+        p, {"off_policy": mode, "is_cap": 2.0, "max_grad_norm": 1e9, "learning_rate": 0.0, "num_external": 1, "shared_prefix": False}
+    )
     inp = Task.create("Calculate 3 + 4.").input(0)
     body = TokenRollout(inp.task_id, inp.digest, tuple(p.prompt_ids(inp)),
                         (TokenSample((40, 41, 42), (-1.0,) * 3, "length"), TokenSample((50, 51, 52), (-1.0,) * 3, "length")),

@@ -9,7 +9,6 @@ import pytest
 
 from genrl_swarm import cli
 from genrl_swarm.comm.errors import SwarmFailure
-
 from test_operator_stop import QUIET
 
 

@@ -11,7 +11,6 @@ import pytest
 from genrl_swarm import cli
 from genrl_swarm.run.launcher import build_managers
 from genrl_swarm.run.rundir import RunDirError
-
 from test_operator_stop import QUIET, SLOW, Cli, rounds, wait_until
 
 

@@ -57,7 +57,9 @@ class Cli:
         with self.out.open("w") as sink:
             # Its own process group, like a command started from a shell: a terminal's Ctrl-C
             # reaches the whole group (p2pd and the DHT process too), not only the Python process.
-            self.proc = subprocess.Popen([sys.executable, *runner, *args], stdout=sink, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, *runner, *args], stdout=sink, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+            )
 
     def text(self) -> str:
         return self.out.read_text()
@@ -116,7 +118,7 @@ def test_a_signal_stops_the_peer_saves_then_reports_and_exits_128_plus_signal(co
         pytest.importorskip("hivemind")
         args[:0] = ["swarm", "--identity", str(tmp_path / "peer.key")]
     else:
-        args[:0], args[len(args):] = ["run"], ["swarm.num_peers=2"]
+        args[:0], args[len(args) :] = ["run"], ["swarm.num_peers=2"]
     cli = Cli(tmp_path, "peer", args)
     wait_until(lambda: run.is_dir() and any(len(rounds(p)) >= 3 for p in run.iterdir() if p.is_dir()), cli, "3 rounds")
     helpers = descendants(cli.proc.pid)  # swarm: the DHT process and its p2pd

@@ -243,5 +243,7 @@ def test_every_grpo_recipe_lists_the_trainer_group_and_others_add_it_with_plus()
     assert len(grpo) >= 5  # reasoning_gym (recipe, digits, sapo), multistage_math (two)
     for recipe in grpo:
         assert resolve(load_recipe(recipe, ["trainer=async_grpo"]))["learner"]["_target_"].endswith(".AsyncGRPOLearner"), recipe
-    with pytest.raises(RecipeError, match=r"^Could not override 'trainer'\. No match in the defaults list\. To append to your default list use \+trainer=async_grpo$"):
+    with pytest.raises(
+        RecipeError, match=r"^Could not override 'trainer'\. No match in the defaults list\. To append to your default list use \+trainer=async_grpo$"
+    ):
         load_recipe("bandit", ["trainer=async_grpo"])

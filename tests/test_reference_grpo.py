@@ -21,10 +21,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+
 pytest.importorskip("torch")
 import torch
 
-from genrl_swarm.core import GameState, RoundRewards, Rollout, ScoredRollout, Task, TokenRollout, TokenSample
+from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task, TokenRollout, TokenSample
 from genrl_swarm.lm.policy import LMPolicy
 from genrl_swarm.trainers.grpo import GRPOLearner, Sample
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 pytest.importorskip("torch")
 import torch
 
@@ -115,7 +116,9 @@ def test_each_sampled_row_matches_a_fresh_forward_of_its_own_prompt(policy: LMPo
 BF16_GREEDY_SLACK = 0.125
 
 
-@pytest.mark.parametrize("path, max_new_tokens", [("static-fp32", 16), ("dynamic-fp32", 16), ("static-bf16", 16), ("hf-fp32", 16), ("static-fp32", 10)])
+@pytest.mark.parametrize(
+    "path, max_new_tokens", [("static-fp32", 16), ("dynamic-fp32", 16), ("static-bf16", 16), ("hf-fp32", 16), ("static-fp32", 10)]
+)
 def test_greedy_rows_equal_stepwise_argmax_and_end_on_eos_at_different_steps(policy: LMPolicy, path: str, max_new_tokens: int) -> None:
     """Greedy = argmax of a fresh forward (of the model the sampler ran) after each prefix the
     sampler chose: exactly in fp32, up to ``BF16_GREEDY_SLACK`` in bf16."""

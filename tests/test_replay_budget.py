@@ -8,6 +8,7 @@ import pytest
 transformers = pytest.importorskip("transformers")  # the tiny model's tokenizer
 
 from genrl_swarm.agents.episodes import Session, task_spec
+
 pytest.importorskip("torch")
 from genrl_swarm.agents.policy import AgentPolicy
 from genrl_swarm.agents.shared_env import shared_env

@@ -11,6 +11,7 @@ Tolerances (tiny model; measured: mean |dlogp| ~0.007, max |dp| ~0.06, mean weig
 from __future__ import annotations
 
 import pytest
+
 pytest.importorskip("torch")
 import torch
 

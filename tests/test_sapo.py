@@ -43,7 +43,9 @@ def test_a_receiver_scores_a_sender_on_the_senders_own_questions_and_refuses_any
     mine = [t.input(0) for t in state.tasks.values()]
     theirs = [t.input(0) for t in data.tasks_for(0, "them")]
     elsewhere = [t.input(0) for t in data.tasks_for(0, "someone-else")]
-    drops = state.record(0, mine, {"me": [answer(i) for i in mine], "them": [answer(theirs[0]), answer(elsewhere[1])]}, tasks_of=lambda p: data.tasks_for(0, p))
+    drops = state.record(
+        0, mine, {"me": [answer(i) for i in mine], "them": [answer(theirs[0]), answer(elsewhere[1])]}, tasks_of=lambda p: data.tasks_for(0, p)
+    )
     assert [(d.peer_id, d.task_id, d.kind) for d in drops] == [("them", elsewhere[1].task_id, "refused")]
     (kept,) = state.select(peer="them")
     assert state.tasks[kept.task_id].answer == data.tasks_for(0, "them")[0].answer  # local truth, rebuilt
@@ -55,7 +57,9 @@ def test_a_receiver_scores_a_sender_on_the_senders_own_questions_and_refuses_any
 
 
 def test_specialties_give_each_peer_its_own_datasets() -> None:
-    data = ReasoningGymData(["basic_arithmetic", "bf", "arc_1d"], questions="per_peer", peer_weights={"p0": {"bf": 1.0}}, specialties=1, seed=2, eval_size=1)
+    data = ReasoningGymData(
+        ["basic_arithmetic", "bf", "arc_1d"], questions="per_peer", peer_weights={"p0": {"bf": 1.0}}, specialties=1, seed=2, eval_size=1
+    )
     assert {t.metadata["dataset"] for t in data.tasks_for(0, "p0")} == {"bf"}
     others = {p: {t.metadata["dataset"] for r in range(3) for t in data.tasks_for(r, p)} for p in ("p1", "p2", "p3")}
     assert all(len(d) == 1 for d in others.values())  # one specialty each, picked from the id

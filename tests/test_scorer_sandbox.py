@@ -43,13 +43,19 @@ def spiral(pool: ScorerPool, entry: dict, answer: str, sender: str = "evil", bud
 
 def test_reasoning_gyms_eval_scorer_cannot_write_a_file_or_start_a_process(pool: ScorerPool, entry: dict, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    for attack in (f'__import__("os").system("touch {marker}")', f'open("{marker}", "w").write("x")', f'__import__("subprocess").run(["touch", "{marker}"])'):
+    for attack in (
+        f'__import__("os").system("touch {marker}")',
+        f'open("{marker}", "w").write("x")',
+        f'__import__("subprocess").run(["touch", "{marker}"])',
+    ):
         got, _ = spiral(pool, entry, attack)
         assert isinstance(got, str) and "forbids" in got, got  # refused, and reported even though the scorer caught it
     assert not marker.exists()
 
 
-def test_the_kernel_refuses_signals_processes_and_file_changes_even_to_code_that_hides_the_attempt(pool: ScorerPool, entry: dict, tmp_path: Path) -> None:
+def test_the_kernel_refuses_signals_processes_and_file_changes_even_to_code_that_hides_the_attempt(
+    pool: ScorerPool, entry: dict, tmp_path: Path
+) -> None:
     import os
     import subprocess
 

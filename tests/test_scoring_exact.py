@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from genrl_swarm.scoring.rg import score_entry, where
 from genrl_swarm.scoring.registry import Audit
+from genrl_swarm.scoring.rg import score_entry, where
 from genrl_swarm.scoring.rg_exact import EXACT
 
 reasoning_gym = pytest.importorskip("reasoning_gym")
@@ -27,7 +27,11 @@ def variants(answer: str, rng: random.Random) -> Iterator[str | None]:
         yield from (f"\\frac{{{top}}}{{{bottom}}}", f"$\\dfrac{{ {top} }}{{ {bottom} }}$", f"{top} / {bottom}", f"{bottom}/{top}", f"{top}/1")
     rows = [r.split() for r in answer.split("\n")]
     if len(rows) > 1 and all(c.lstrip("-").isdigit() for r in rows for c in r):  # a matrix: as lists
-        yield from (str([[int(c) for c in r] for r in rows]), str(tuple(tuple(int(c) for c in r) for r in rows)), "[" + ",".join("[" + ",".join(r) + "]" for r in rows) + ",]")
+        yield from (
+            str([[int(c) for c in r] for r in rows]),
+            str(tuple(tuple(int(c) for c in r) for r in rows)),
+            "[" + ",".join("[" + ",".join(r) + "]" for r in rows) + ",]",
+        )
         yield str([[int(c) + 1 for c in r] for r in rows])
     try:
         number = float(answer)
@@ -82,7 +86,20 @@ def completions(answer: str, rng: random.Random) -> Iterator[str]:
 CONFIGS = {"decimal_arithmetic": {"min_num_decimal_places": 5, "max_num_decimal_places": 5, "precision": 9}}
 
 
-@pytest.mark.parametrize("dataset", ["arc_1d", "basic_arithmetic", "base_conversion", "bf", "binary_matrix", "calendar_arithmetic", "decimal_arithmetic", "fraction_simplification", "propositional_logic"])
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        "arc_1d",
+        "basic_arithmetic",
+        "base_conversion",
+        "bf",
+        "binary_matrix",
+        "calendar_arithmetic",
+        "decimal_arithmetic",
+        "fraction_simplification",
+        "propositional_logic",
+    ],
+)
 def test_the_evaluation_metric_is_reasoning_gyms_own(dataset: str) -> None:
     from reasoning_gym.utils import extract_answer
 

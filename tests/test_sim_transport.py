@@ -40,9 +40,18 @@ def four() -> Iterator[list[HivemindBackend]]:
             p.close()
 
 
-def simulated(ids: Sequence[str], round: int, strategy: str, params: dict[str, int], forger: str | None = None, dead: str | None = None) -> dict[str, frozenset[str]]:
+def simulated(
+    ids: Sequence[str], round: int, strategy: str, params: dict[str, int], forger: str | None = None, dead: str | None = None
+) -> dict[str, frozenset[str]]:
     """The simulator's answer for one round of these four peers (calm network, no churn)."""
-    cfg = SimConfig(peers=len(ids), strategy=strategy, strategy_params=params, swarm=SWARM, net=NetModel(loss=0.0, nat_fraction=0.0), churn=ChurnModel(per_hour=0.0))
+    cfg = SimConfig(
+        peers=len(ids),
+        strategy=strategy,
+        strategy_params=params,
+        swarm=SWARM,
+        net=NetModel(loss=0.0, nat_fraction=0.0),
+        churn=ChurnModel(per_hour=0.0),
+    )
     pop = Population(cfg, np.random.default_rng(0))
     pop.ids = list(ids)
     pop.attack[:] = HONEST

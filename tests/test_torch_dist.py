@@ -40,10 +40,7 @@ def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
 def launch(world: int, args: list[str]) -> list[subprocess.Popen[str]]:
     port = free_port()
     cmd = [sys.executable, "-m", "genrl_swarm.cli", "run", *args]
-    return [
-        subprocess.Popen(cmd, env=rank_env(r, world, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for r in range(world)
-    ]
+    return [subprocess.Popen(cmd, env=rank_env(r, world, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
 
 
 def finish(procs: list[subprocess.Popen[str]], timeout: float = 240) -> list[tuple[int, str]]:

@@ -30,8 +30,8 @@ def shared_env(address: str = "local") -> EnvClient:
 def _connect(address: str) -> EnvClient:
     if address != "local":
         return connect(address)
-    from genrl_swarm.envd.host import HostConfig
     from genrl_swarm.envd.controller import EnvdConfig
+    from genrl_swarm.envd.host import HostConfig
 
     return connect("local", config=EnvdConfig(workers=1, host=HostConfig(sandboxes=1)))
 

@@ -129,8 +129,10 @@ class AsyncPipeline:
         owns = connect(ray_cfg or RayConfig())
         group = reserve([bundle(cfg.learner_cpus, cfg.learner_gpus)] + [bundle(cfg.worker_cpus, cfg.worker_gpus)] * cfg.num_workers, cfg.timeout)
         kwargs = dict(policy_kwargs) | ({"model": cfg.model} if cfg.model else {})
-        learner: Any = ray.remote(LearnerActor).options(max_restarts=0, **placed(group, 0, cfg.learner_cpus, cfg.learner_gpus)).remote(
-            kwargs, dict(grpo), seed, round(cfg.learner_cpus), cfg.trainable_only
+        learner: Any = (
+            ray.remote(LearnerActor)
+            .options(max_restarts=0, **placed(group, 0, cfg.learner_cpus, cfg.learner_gpus))
+            .remote(kwargs, dict(grpo), seed, round(cfg.learner_cpus), cfg.trainable_only)
         )
         worker_cls = ray.remote(RolloutWorker)
         workers: list[Any] = [

@@ -30,18 +30,14 @@ class WeightedGRPOLearner(GRPOLearner):
         out = super().samples(chosen)
         if not self.group_weights:
             return out
-        by_completion = {
-            id(s.completion_ids): self.group_weights.get(id(sc.rollout.body), 1.0) for sc in chosen for s in sc.rollout.body.samples
-        }
+        by_completion = {id(s.completion_ids): self.group_weights.get(id(sc.rollout.body), 1.0) for sc in chosen for s in sc.rollout.body.samples}
         return [dataclasses.replace(x, advantage=x.advantage * by_completion.get(id(x.completion_ids), 1.0)) for x in out]
 
 
 def as_round(groups: Sequence[Group], version: int) -> tuple[GameState, RoundRewards]:
     """The groups as the (state, rewards) a GRPOLearner trains on: own groups under ``OWN``
     (all of them train, ``num_local`` permitting), swarm groups under their sender."""
-    scored = tuple(
-        ScoredRollout(Rollout(g.source if g.external else OWN, version, 0, g.body, g.texts), g.rewards) for g in groups
-    )
+    scored = tuple(ScoredRollout(Rollout(g.source if g.external else OWN, version, 0, g.body, g.texts), g.rewards) for g in groups)
     return GameState(version, OWN), RoundRewards(version, scored)
 
 

@@ -10,7 +10,7 @@ from types import TracebackType
 import uvicorn
 
 from genrl_swarm.dashboard.hub import Hub
-from genrl_swarm.dashboard.serve import closing_server, bind, is_loopback, link
+from genrl_swarm.dashboard.serve import bind, closing_server, is_loopback, link
 from genrl_swarm.dashboard.server import create_app
 
 

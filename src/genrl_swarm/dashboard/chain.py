@@ -50,7 +50,10 @@ class ChainStandings:
             for i in range(0, len(accounts), BATCH):
                 part = accounts[i : i + BATCH]
                 labels, totals, wins = fns.labels(part).call(), fns.totalRewards(part).call(), fns.winCounts(part).call()
-                rows += [{"id": clip(str(label)), "account": str(a), "cumulative": t / REWARD_SCALE, "wins": int(w)} for a, label, t, w in zip(part, labels, totals, wins)]
+                rows += [
+                    {"id": clip(str(label)), "account": str(a), "cumulative": t / REWARD_SCALE, "wins": int(w)}
+                    for a, label, t, w in zip(part, labels, totals, wins)
+                ]
         except Exception as e:  # noqa: BLE001 - web3 raises many types for a bad node; shown, retried next refresh
             return base | {"error": clip(f"{type(e).__name__}: {e}")}
         rows.sort(key=lambda r: (-r["cumulative"], -r["wins"], r["account"]))

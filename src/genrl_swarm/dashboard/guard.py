@@ -27,7 +27,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 COOKIE = "genrl_dashboard_token"
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 HEADERS = [
-    (b"content-security-policy", b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),  # the token may be in the URL
     (b"x-frame-options", b"DENY"),
@@ -94,5 +97,11 @@ class Guard:
 
 async def _refuse(send: Send, status: int, text: str) -> None:
     body = text.encode()
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()), *HEADERS]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()), *HEADERS],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

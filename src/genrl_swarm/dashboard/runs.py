@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genrl_swarm.run.events import EVENTS_FILE, clip
 from genrl_swarm.dashboard.tail import JsonlTail
+from genrl_swarm.run.events import EVENTS_FILE, clip
 
 METRICS_FILE = "metrics.jsonl"
 MAX_EVENTS = 256  # drop and quarantine events kept per observing peer (the newest)
@@ -89,7 +89,9 @@ class PeerLog:
     quarantines: dict[str, dict[str, Any]] = field(default_factory=dict)  # sender -> latest quarantine event
     # Kept as rows arrive, so a snapshot of a long run does not rescan every row each second:
     series: dict[str, dict[int, float]] = field(default_factory=dict)  # curve -> round -> value
-    dropped_by: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))  # sender -> its bodies this peer dropped (MAX_KEYS senders)
+    dropped_by: defaultdict[str, float] = field(
+        default_factory=lambda: defaultdict(float)
+    )  # sender -> its bodies this peer dropped (MAX_KEYS senders)
     dropped_other: float = 0.0  # bodies of the senders past MAX_KEYS
     _success: set[str] = field(default_factory=set)  # the success/ keys given a curve (MAX_KEYS)
 
@@ -163,10 +165,9 @@ class PeerLog:
                     out[key] = n
             elif key in KEPT:
                 out[key] = n
-            elif prefix := next((p for p in CAPPED if key.startswith(p)), None):
-                if per_prefix.get(prefix, 0) < MAX_KEYS:
-                    per_prefix[prefix] = per_prefix.get(prefix, 0) + 1
-                    out[key] = n
+            elif (prefix := next((p for p in CAPPED if key.startswith(p)), None)) and per_prefix.get(prefix, 0) < MAX_KEYS:
+                per_prefix[prefix] = per_prefix.get(prefix, 0) + 1
+                out[key] = n
         if other:
             out[OTHER_DROPS] = other
         return out

@@ -29,11 +29,15 @@ class DashboardError(Exception):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run-dir", action="append", default=[], metavar="DIR", help="a run directory (runs/<game>, holding one folder per peer); repeat for several")
+    p.add_argument(
+        "--run-dir", action="append", default=[], metavar="DIR", help="a run directory (runs/<game>, holding one folder per peer); repeat for several"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; anything else needs --allow-remote)")
     p.add_argument("--port", type=int, default=8050, help="port (0: any free port; the link printed says which)")
     p.add_argument("--allow-remote", action="store_true", help="allow binding to a non-loopback address; every request then needs the token")
-    p.add_argument("--token", default=None, help=f"the access token (default: ${TOKEN_ENV}, or one generated and printed); required with --allow-remote")
+    p.add_argument(
+        "--token", default=None, help=f"the access token (default: ${TOKEN_ENV}, or one generated and printed); required with --allow-remote"
+    )
     p.add_argument("--rpc-url", default=None, help="JSON-RPC URL of the chain whose SwarmCoordinator standings to show (with --contract)")
     p.add_argument("--contract", default=None, help="SwarmCoordinator address (default: $GENRL_SWARM_CONTRACT when --rpc-url is given)")
     p.add_argument("--peer-status", action="append", default=[], metavar="URL", help="a live peer's status endpoint (JSON); repeat for several")
@@ -63,7 +67,9 @@ def check(args: argparse.Namespace) -> tuple[list[Path], bool]:
     """The run directories, and whether the bind address is the loopback."""
     loopback = is_loopback(args.host)
     if not loopback and not args.allow_remote:
-        raise DashboardError(f"--host {args.host} is not the loopback: other machines could read the swarm's data; pass --allow-remote (a token is then required)")
+        raise DashboardError(
+            f"--host {args.host} is not the loopback: other machines could read the swarm's data; pass --allow-remote (a token is then required)"
+        )
     if not args.run_dir and not args.rpc_url and not args.peer_status:
         raise DashboardError("nothing to show: give --run-dir DIR (e.g. runs/bandit), --rpc-url with --contract, or --peer-status URL")
     if not 0 <= args.port <= 65535:

@@ -47,7 +47,9 @@ def create_app(hub: Hub, token: str | None = None, loopback_only: bool = True, m
         streams += 1
         try:
             request = Request(scope, receive)
-            response = StreamingResponse(hub.stream(request.is_disconnected), media_type="text/event-stream", headers=NO_STORE | {"x-accel-buffering": "no"})
+            response = StreamingResponse(
+                hub.stream(request.is_disconnected), media_type="text/event-stream", headers=NO_STORE | {"x-accel-buffering": "no"}
+            )
             await response(scope, receive, send)
         finally:
             streams -= 1

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from genrl_swarm.dashboard.downsample import buckets, series
-from genrl_swarm.run.events import clip
 from genrl_swarm.dashboard.runs import MAX_ROUND, MAX_STAGES, SUCCESS, PeerLog, count, num
+from genrl_swarm.run.events import clip
 
 PEER_REWARD = "reward/peer/"
 VALUE_BUDGET = 60_000  # numbers per chart across all its series; a peer's curve gets a share
@@ -160,7 +160,14 @@ def leaderboard(logs: Iterable[PeerLog]) -> list[dict[str, Any]]:
     for log in logs:
         if log.rows:
             last = log.last
-            out.append({"id": log.peer, "cumulative": num(last.get("reward/cumulative")) or 0.0, "wins": int(num(last.get("wins")) or 0), "rounds": len(log.rows)})
+            out.append(
+                {
+                    "id": log.peer,
+                    "cumulative": num(last.get("reward/cumulative")) or 0.0,
+                    "wins": int(num(last.get("wins")) or 0),
+                    "rounds": len(log.rows),
+                }
+            )
     return sorted(out, key=lambda r: (-r["cumulative"], -r["wins"], r["id"]))
 
 
@@ -225,7 +232,14 @@ def incidents(logs: Sequence[PeerLog], limit: int = 100) -> list[dict[str, Any]]
     return out
 
 
-def snapshot(logs: Sequence[PeerLog], *, max_points: int, statuses: Mapping[str, Mapping[str, Any]] | None = None, chain: Mapping[str, Any] | None = None, runs: Sequence[str] = ()) -> dict[str, Any]:
+def snapshot(
+    logs: Sequence[PeerLog],
+    *,
+    max_points: int,
+    statuses: Mapping[str, Mapping[str, Any]] | None = None,
+    chain: Mapping[str, Any] | None = None,
+    runs: Sequence[str] = (),
+) -> dict[str, Any]:
     omitted: list[int] = []
     return {
         "runs": list(runs),

@@ -57,7 +57,7 @@ class ReasoningGymData(DataManager):
     ) -> None:
         import reasoning_gym  # noqa: F401 - fail here, with the extra's name, not mid-round
 
-        weights = dict(datasets) if isinstance(datasets, Mapping) else {name: 1.0 for name in datasets}
+        weights = dict(datasets) if isinstance(datasets, Mapping) else dict.fromkeys(datasets, 1.0)
         if not weights or tasks_per_round < 1 or any(w < 0 for w in weights.values()):
             raise ValueError("need at least one dataset with a non-negative weight and tasks_per_round >= 1")
         self.questions = Questions.parse(questions)
@@ -79,7 +79,7 @@ class ReasoningGymData(DataManager):
         if self.specialties == 0:
             return self.weights
         names = sorted(n for n, w in self.weights.items() if w > 0)
-        return {n: 1.0 for n in random.Random(stable_seed(self.seed, "specialty", peer_id)).sample(names, min(self.specialties, len(names)))}
+        return dict.fromkeys(random.Random(stable_seed(self.seed, "specialty", peer_id)).sample(names, min(self.specialties, len(names))), 1.0)
 
     def _items(self, name: str, size: int, seed: int) -> list[Task]:
         import reasoning_gym
@@ -89,7 +89,14 @@ class ReasoningGymData(DataManager):
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"reasoning-gym dataset {name!r}: {e}") from e
         return [
-            Task.create(entry["question"], answer=entry["answer"], public={"dataset": name}, dataset=name, entry=entry, config=self.dataset_config.get(name, {}))
+            Task.create(
+                entry["question"],
+                answer=entry["answer"],
+                public={"dataset": name},
+                dataset=name,
+                entry=entry,
+                config=self.dataset_config.get(name, {}),
+            )
             for entry in dataset
         ]
 

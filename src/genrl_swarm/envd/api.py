@@ -12,8 +12,8 @@ from typing import Any
 
 from genrl_swarm.envd.errors import InvalidRequest
 from genrl_swarm.envd.parsing import parse_action
-from genrl_swarm.envd.types import Action, Reset, StepResult, TaskSpec
 from genrl_swarm.envd.protocol import Stats
+from genrl_swarm.envd.types import Action, Reset, StepResult, TaskSpec
 
 
 class EnvClient(ABC):

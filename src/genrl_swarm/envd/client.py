@@ -9,10 +9,21 @@ from typing import Any, TypeVar
 import grpc
 import msgspec
 
-from genrl_swarm.envd.errors import ERRORS, EnvError, EnvUnavailable
-from genrl_swarm.envd.types import Action, Reset, StepResult, TaskSpec
 from genrl_swarm.envd.api import EnvClient
-from genrl_swarm.envd.protocol import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, METHODS, SERVICE, STATUS, CloseRequest, Closed, Stats, StatsRequest, StepRequest
+from genrl_swarm.envd.errors import ERRORS, EnvError, EnvUnavailable
+from genrl_swarm.envd.protocol import (
+    MAX_REQUEST_BYTES,
+    MAX_RESPONSE_BYTES,
+    METHODS,
+    SERVICE,
+    STATUS,
+    Closed,
+    CloseRequest,
+    Stats,
+    StatsRequest,
+    StepRequest,
+)
+from genrl_swarm.envd.types import Action, Reset, StepResult, TaskSpec
 
 T = TypeVar("T")
 KIND_OF = {code: kind for kind, code in STATUS.items()}

@@ -23,8 +23,8 @@ import msgspec
 
 from genrl_swarm.envd.errors import EnvError, EnvUnavailable, Overloaded, SessionLost, SessionNotFound
 from genrl_swarm.envd.host import HostConfig
+from genrl_swarm.envd.protocol import Closed, CloseRequest, Stats, StatsRequest, StepRequest, WorkerJob, WorkerReply, WorkerReset, rss_bytes
 from genrl_swarm.envd.types import Reset, StepResult, TaskSpec
-from genrl_swarm.envd.protocol import CloseRequest, Closed, Stats, StatsRequest, StepRequest, WorkerJob, WorkerReply, WorkerReset, rss_bytes
 from genrl_swarm.envd.workers import WorkerLink
 
 log = logging.getLogger(__name__)

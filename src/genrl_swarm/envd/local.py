@@ -10,11 +10,11 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from genrl_swarm.envd.errors import EnvUnavailable
-from genrl_swarm.envd.types import Action, Reset, StepResult, TaskSpec
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.controller import Controller, EnvdConfig
+from genrl_swarm.envd.errors import EnvUnavailable
 from genrl_swarm.envd.protocol import CloseRequest, Stats, StepRequest
+from genrl_swarm.envd.types import Action, Reset, StepResult, TaskSpec
 
 T = TypeVar("T")
 

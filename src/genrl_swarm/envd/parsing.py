@@ -25,10 +25,7 @@ ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 THINK_CLOSE = "</think>"
 MAX_CALL_CHARS = 16 << 10
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
-FORMAT_HINT = (
-    'Call one tool as <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>, '
-    "or give the final answer as <answer>...</answer>."
-)
+FORMAT_HINT = 'Call one tool as <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>, or give the final answer as <answer>...</answer>.'
 
 
 def _blocks(text: str, opening: str, closing: str) -> list[str]:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import msgspec
 
-from genrl_swarm.sandbox.frames import pack, read_frame
 from genrl_swarm.envd.jobs import EXIT_MEMORY, Job, Reply, SandboxDied, SandboxLimits
+from genrl_swarm.sandbox.frames import pack, read_frame
 from genrl_swarm.sandbox.kernel import process_cpu
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 import msgspec
 
-from genrl_swarm.envd.errors import EnvError
 from genrl_swarm.envd.controller import Controller, EnvdConfig
+from genrl_swarm.envd.errors import EnvError
 from genrl_swarm.envd.protocol import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, METHODS, SERVICE, STATUS
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,11 @@ class EnvServer:
         c = self.controller
         acts: dict[str, Callable[[Any], Awaitable[Any]]] = {"Reset": c.reset, "Step": c.step, "Close": c.close, "Stats": c.stats}
         self.server = grpc.aio.server(
-            options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES), ("grpc.max_send_message_length", MAX_RESPONSE_BYTES), ("grpc.so_reuseport", 0)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+                ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
         )
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {n: _handler(n, a) for n, a in acts.items()}),))
         self.port = self.server.add_insecure_port(self.address)

@@ -19,9 +19,9 @@ import sys
 import msgspec
 
 from genrl_swarm.envd.errors import EnvError, Failure
-from genrl_swarm.sandbox.frames import pack, read_frame
 from genrl_swarm.envd.host import HostConfig, SessionHost
-from genrl_swarm.envd.protocol import HELLO, CloseRequest, Closed, Frame, StatsRequest, StepRequest, WorkerReply, WorkerReset, WorkerStats, rss_bytes
+from genrl_swarm.envd.protocol import HELLO, Closed, CloseRequest, Frame, StatsRequest, StepRequest, WorkerReply, WorkerReset, WorkerStats, rss_bytes
+from genrl_swarm.sandbox.frames import pack, read_frame
 
 log = logging.getLogger("genrl_swarm.envd.worker")
 

@@ -19,9 +19,9 @@ from collections.abc import Callable
 import msgspec
 
 from genrl_swarm.envd.errors import EnvError, SessionLost
-from genrl_swarm.sandbox.frames import FrameError, pack, read_frame
 from genrl_swarm.envd.host import HostConfig
 from genrl_swarm.envd.protocol import HELLO, Frame, WorkerJob, WorkerReply
+from genrl_swarm.sandbox.frames import FrameError, pack, read_frame
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # interpreter + sandbox children on a loaded machine
@@ -99,7 +99,11 @@ class WorkerLink:
         log.warning("worker %d (pid %d) sent an invalid reply to request %d: %s", self.index, self.pid, request_id, error)
         future = self.pending.pop(request_id, None)
         if future is not None and not future.done():
-            future.set_exception(EnvError(f"worker {self.index} sent an invalid reply to this request ({error}); only this request failed, retry or start a new session"))
+            future.set_exception(
+                EnvError(
+                    f"worker {self.index} sent an invalid reply to this request ({error}); only this request failed, retry or start a new session"
+                )
+            )
 
     async def _died(self, why: str) -> None:
         if not self.alive:

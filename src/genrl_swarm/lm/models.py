@@ -76,9 +76,7 @@ def resolve_model_path(name: str) -> Path | str:
     return name  # a hub id
 
 
-def load_model(
-    name: str, device: str = "auto", dtype: str = "auto", lora: LoraSettings | None = None
-) -> tuple[Any, Any]:
+def load_model(name: str, device: str = "auto", dtype: str = "auto", lora: LoraSettings | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) for a hub id, local directory, ``smollm2`` or ``tiny-random``."""
     with _LOAD_LOCK:
         return _load_model(name, device, dtype, lora)

@@ -27,10 +27,7 @@ from genrl_swarm.lm.sampling import Sampled, hf_sample, sample
 from genrl_swarm.lm.sampling_model import DTYPES, SamplingModel
 from genrl_swarm.lm.static_sampling import StepFn, sample_static
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a careful assistant. Reason briefly, then give only the final answer inside "
-    "<answer></answer> tags."
-)
+DEFAULT_SYSTEM_PROMPT = "You are a careful assistant. Reason briefly, then give only the final answer inside <answer></answer> tags."
 
 
 @dataclass
@@ -216,7 +213,9 @@ class LMPolicy(Policy):
                 task_id=inp.task_id,
                 input_digest=inp.digest,
                 prompt_ids=tuple(prompt),
-                samples=tuple(TokenSample(tuple(ids), tuple(lps), "stop" if stopped else "length") for ids, lps, stopped in rows[k * n : (k + 1) * n]),
+                samples=tuple(
+                    TokenSample(tuple(ids), tuple(lps), "stop" if stopped else "length") for ids, lps, stopped in rows[k * n : (k + 1) * n]
+                ),
                 policy_version=self.version,
                 tokenizer=self.fingerprint,
             )

@@ -30,10 +30,38 @@ BATCH = 16
 def _corpus(seed: int) -> list[str]:
     """Arithmetic, answers and prompt words: what the tests' prompts are made of."""
     rng = random.Random(seed)
-    words = (
-        "Calculate What is the answer Answer Student Choice Critique question system user assistant "
-        "Give your final answer in <answer> </answer> tags think reason step by step the of and is"
-    ).split()
+    words = [
+        "Calculate",
+        "What",
+        "is",
+        "the",
+        "answer",
+        "Answer",
+        "Student",
+        "Choice",
+        "Critique",
+        "question",
+        "system",
+        "user",
+        "assistant",
+        "Give",
+        "your",
+        "final",
+        "answer",
+        "in",
+        "<answer>",
+        "</answer>",
+        "tags",
+        "think",
+        "reason",
+        "step",
+        "by",
+        "step",
+        "the",
+        "of",
+        "and",
+        "is",
+    ]
     lines = []
     for _ in range(2000):
         a, b = rng.randint(-999, 999), rng.randint(-999, 999)
@@ -88,9 +116,7 @@ def build_tiny_model(directory: Path, seed: int = 0, hidden: int = 64, layers: i
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     bpe.train_from_iterator(_corpus(seed), trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, pad_token="<pad>", bos_token="<|im_start|>", eos_token="<|im_end|>"
-    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", bos_token="<|im_start|>", eos_token="<|im_end|>")
     tokenizer.chat_template = CHAT_TEMPLATE
     config = LlamaConfig(
         vocab_size=len(tokenizer),

@@ -97,7 +97,9 @@ class MultiAgentEnv:
         """Where the episode just ended, a fresh one from ``state.reset_key`` (its first view)."""
         fresh, first = self.reset(state.reset_key)
         state = jax.tree.map(lambda a, b: jnp.where(step.done, a, b), fresh, state)
-        return state, step._replace(obs=jnp.where(step.done, first.obs, step.obs), action_mask=jnp.where(step.done, first.action_mask, step.action_mask))
+        return state, step._replace(
+            obs=jnp.where(step.done, first.obs, step.obs), action_mask=jnp.where(step.done, first.action_mask, step.action_mask)
+        )
 
     def step(self, state: EnvState, actions: jax.Array) -> tuple[EnvState, Step]:
         """Step one environment; when the episode ends, the next observation is a fresh

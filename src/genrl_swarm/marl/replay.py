@@ -94,7 +94,9 @@ class Verifier:
     def _run(self, keys: jax.Array, actions: jax.Array) -> tuple[jax.Array, ...]:
         state, first = jax.vmap(self.env.reset)(keys)
 
-        def one(carry: tuple[EnvState, jax.Array, jax.Array], action: jax.Array) -> tuple[tuple[EnvState, jax.Array, jax.Array], tuple[jax.Array, ...]]:
+        def one(
+            carry: tuple[EnvState, jax.Array, jax.Array], action: jax.Array
+        ) -> tuple[tuple[EnvState, jax.Array, jax.Array], tuple[jax.Array, ...]]:
             state, obs, mask = carry
             state, step = self.env.step_all(state, action)
             return (state, step.obs, step.action_mask), (obs, mask, step.reward, step.done, step.returned)

@@ -32,8 +32,8 @@ def eval_curves(run_dir: Path) -> list[Curve]:
     """Every marl-eval JSON file of a run (one per peer), as curves."""
     curves = []
     for path in sorted((run_dir / "marl_eval").glob("*.json")):
-        for env, tasks in json.loads(path.read_text()).items():
-            for task, systems in tasks.items():
+        for _env, tasks in json.loads(path.read_text()).items():
+            for _task, systems in tasks.items():
                 for system, seeds in systems.items():
                     for seed, run in seeds.items():
                         rows = [run[k] for k in sorted((k for k in run if k.startswith("step_")), key=lambda k: int(k[5:]))]

@@ -23,7 +23,18 @@ from typing import Any
 
 CLONE_NEWUSER, CLONE_NEWNET, PR_SET_PDEATHSIG = 0x10000000, 0x40000000, 1
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-_DENIED = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "ctypes.", "sqlite3.enable_load_extension")
+_DENIED = (
+    "socket.",
+    "subprocess.",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "ctypes.",
+    "sqlite3.enable_load_extension",
+)
 
 
 class SandboxViolation(PermissionError):

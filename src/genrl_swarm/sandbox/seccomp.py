@@ -71,7 +71,9 @@ def _program() -> list[Insn]:
         *((_JEQ, f"open{nr}", 0, nr) for nr in _OPENS),
         (_RET, 0, 0, _ALLOW),
     ]
-    blocks: dict[str, list[Jump]] = {f"open{nr}": [(_LD, 0, 0, 16 + 8 * arg), (_JSET, "deny", 0, _WRITE_FLAGS), (_RET, 0, 0, _ALLOW)] for nr, arg in _OPENS.items()}
+    blocks: dict[str, list[Jump]] = {
+        f"open{nr}": [(_LD, 0, 0, 16 + 8 * arg), (_JSET, "deny", 0, _WRITE_FLAGS), (_RET, 0, 0, _ALLOW)] for nr, arg in _OPENS.items()
+    }
     blocks |= {"deny": deny, "kill": kill}
     starts, at = {}, len(head)
     for name, block in blocks.items():

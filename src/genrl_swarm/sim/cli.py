@@ -24,7 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peers", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--strategy", default="pull_spare", help="all | pull_k | pull_spare | gossip")
-    p.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=INT", help="a strategy parameter (k=8, spares=4, extra=2, fanout=3, ttl=3)")
+    p.add_argument(
+        "--param", type=_param, action="append", default=[], metavar="NAME=INT", help="a strategy parameter (k=8, spares=4, extra=2, fanout=3, ttl=3)"
+    )
     p.add_argument("--payload-kb", type=float, default=256)
     p.add_argument("--hostile", type=float, default=0.0, help="fraction of hostile peers (flood, forge, copy, far-future)")
     p.add_argument("--churn", type=float, default=0.1, help="fraction of the peers leaving per hour")

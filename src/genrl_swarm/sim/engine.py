@@ -65,7 +65,15 @@ class Simulation:
                 pop.view.forget(now, forget_after(cfg.liveness_s))
         finally:
             trust_log.setLevel(level)
-        return summarize(cfg, want, self.outcomes, moves=self.far_future_moves, catch_up=self.catch_up_s, churn=self.churn_events, wall=time.perf_counter() - started)
+        return summarize(
+            cfg,
+            want,
+            self.outcomes,
+            moves=self.far_future_moves,
+            catch_up=self.catch_up_s,
+            churn=self.churn_events,
+            wall=time.perf_counter() - started,
+        )
 
     def _time_catch_up(self, pop: Population, outcome: RoundOutcome, want: int) -> None:
         """A rejoined peer has caught up at the end of its first round with what it wanted."""

@@ -10,9 +10,9 @@ Duplicates cost bandwidth and are not forwarded again. A receiver is done when i
 
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from genrl_swarm.protocol import Gossip, Strategy, Verdict, classify
 from genrl_swarm.sim.model import SimConfig
@@ -32,7 +32,9 @@ class Spread:
     refused: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
-def _targets(pop: Population, cfg: SimConfig, strategy: Strategy, round: int, hop: int, holders: np.ndarray, live: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _targets(
+    pop: Population, cfg: SimConfig, strategy: Strategy, round: int, hop: int, holders: np.ndarray, live: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
     index = {p: i for i, p in enumerate(pop.ids)}
     src: list[int] = []
     dst: list[int] = []
@@ -75,7 +77,9 @@ def play(pop: Population, cfg: SimConfig, strategy: Strategy, round: int, live: 
         np.add.at(spread.bytes_out, src[delivered], bundle[delivered])
         np.add.at(spread.bytes_in, dst[delivered], bundle[delivered])
         src, dst, at, bundle = src[delivered], dst[delivered], at[delivered], bundle[delivered]
-        verdict = classify(np.ones(len(src), dtype=bool), bundle // np.maximum(count[src], 1), cfg.max_bytes, np.ones(len(src), dtype=bool), pop.attack[src] != FORGE)
+        verdict = classify(
+            np.ones(len(src), dtype=bool), bundle // np.maximum(count[src], 1), cfg.max_bytes, np.ones(len(src), dtype=bool), pop.attack[src] != FORGE
+        )
         bad = verdict != Verdict.OK
         spread.refused.append((dst[bad & honest[dst]], src[bad & honest[dst]], verdict[bad & honest[dst]]))
         # expand good bundles into their payloads: every row of the sender's holdings, per target

@@ -244,7 +244,7 @@ class GRPOLearner(Learner):
         self.model.train()
         self._store_logps(units, prefix, dtype)
         total_tokens = float(sum(float(c.completion_mask.sum()) for c in _loss_units(units)))
-        sums = {k: 0.0 for k in ("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl", "is_implausible_frac")}
+        sums = dict.fromkeys(("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl", "is_implausible_frac"), 0.0)
         acc = {"loss": 0.0, "is_max": 0.0}
         params = [p for p in self.model.parameters() if p.requires_grad]
 

@@ -147,7 +147,9 @@ class SharedPrefixForward:
             return fused_token_logps(hidden, head.weight, targets, self.temperature, dtype)
         return plain_token_logps(hidden, head.weight, targets, self.temperature)
 
-    def _chunk_logps(self, model: Any, batch: PrefixBatch, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], last: torch.Tensor, chunk: Chunk) -> torch.Tensor:
+    def _chunk_logps(
+        self, model: Any, batch: PrefixBatch, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], last: torch.Tensor, chunk: Chunk
+    ) -> torch.Tensor:
         """[n, width] log-probs of the chunk's tokens (0 at pads) given the prompts' cache."""
         n, width = chunk.completion_ids.shape
         device, rows = chunk.completion_ids.device, chunk.prompt
@@ -173,9 +175,7 @@ class SharedPrefixForward:
     def _prompt(self, model: Any, batch: PrefixBatch) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         positions = (batch.prompt_mask.cumsum(1) - 1).clamp(min=0)
         with autocast(self.dtype, batch.prompt_ids.device.type):
-            out = model.get_decoder()(
-                input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions, use_cache=True
-            )
+            out = model.get_decoder()(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions, use_cache=True)
         kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         return out.last_hidden_state[:, -1:], kv
 

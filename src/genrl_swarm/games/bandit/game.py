@@ -27,7 +27,6 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
-from genrl_swarm.core.bodies import check_logprobs
 from genrl_swarm.core import (
     Body,
     DataManager,
@@ -41,6 +40,7 @@ from genrl_swarm.core import (
     Task,
     Weights,
 )
+from genrl_swarm.core.bodies import check_logprobs
 
 
 class ArmPulls(Body, frozen=True, tag="arms"):
@@ -74,9 +74,7 @@ def payoff_table(num_contexts: int, num_arms: int, seed: int) -> list[list[float
 class BanditData(DataManager):
     """Tasks are contexts; the same (seed, round) gives the same contexts on every peer."""
 
-    def __init__(
-        self, num_contexts: int = 16, num_arms: int = 8, tasks_per_round: int = 4, seed: int = 0, game_seed: int = 7
-    ) -> None:
+    def __init__(self, num_contexts: int = 16, num_arms: int = 8, tasks_per_round: int = 4, seed: int = 0, game_seed: int = 7) -> None:
         if not 0 < tasks_per_round <= num_contexts:
             raise ValueError(f"need 0 < tasks_per_round <= num_contexts, got {tasks_per_round} and {num_contexts}")
         self.num_contexts, self.tasks_per_round, self.seed = num_contexts, tasks_per_round, seed
@@ -203,7 +201,7 @@ class SoftmaxLearner(Learner):
                     w = importance_weight(float(np.log(probs[arm])), behaviour, own=sender == state.peer_id) if credible else 0.0
                     terms.append((sender, w, adv * (np.eye(len(probs))[arm] - probs) / len(group), (stage, inp.context["context"])))
         scales = capped_sender_shares([(t[0], t[1]) for t in terms], state.peer_id, self.max_sender_share)
-        for (sender, w, direction, cell) in terms:
+        for sender, w, direction, cell in terms:
             self.policy.logits[cell] += self.lr * w * scales.get(sender, 1.0) * direction
         self.policy.version += 1
         mean_w = float(np.mean([t[1] for t in terms])) if terms else 1.0

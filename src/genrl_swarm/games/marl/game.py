@@ -47,7 +47,8 @@ from genrl_swarm.marl import sharing
 from genrl_swarm.marl.config import EnvConfig, SystemConfig
 from genrl_swarm.marl.logs import MarlEvalLog
 from genrl_swarm.marl.replay import ReplayError, env_keys, to_body, verifier_for
-from genrl_swarm.marl.team import Batch, Params, Rollout as TeamRollout, TrainState, batch_of, mean_return, side_by_side, team_for
+from genrl_swarm.marl.team import Batch, Params, TrainState, batch_of, mean_return, side_by_side, team_for
+from genrl_swarm.marl.team import Rollout as TeamRollout
 
 Share = Literal["trajectories", "parameters", "none"]
 
@@ -125,7 +126,9 @@ class MarlPolicy(Policy):
         self.collected = {}
         for inp in inputs:
             ctx = inp.context
-            rollout = self.team.collect(self.params.actor, env_keys(ctx["seed"], ctx["num_envs"]), self._next_key(), steps=ctx["steps"], greedy=greedy)
+            rollout = self.team.collect(
+                self.params.actor, env_keys(ctx["seed"], ctx["num_envs"]), self._next_key(), steps=ctx["steps"], greedy=greedy
+            )
             self.collected[inp.task_id] = rollout
             verifier_for(self.env, ctx["num_envs"], ctx["steps"]).remember(ctx["seed"], rollout)
             if self.share == "parameters":
@@ -229,7 +232,9 @@ class MarlLearner(Learner):
         if self.log is not None:
             self.log.record(self.env_steps, returns.tolist())
             if last:  # Mava's absolute metric: the final policy on 10x the evaluation episodes
-                self.log.record_absolute(np.asarray(self.team.evaluate(self.state.params.actor, self.eval_key, self.eval_episodes * 10, self.eval_greedy)).tolist())
+                self.log.record_absolute(
+                    np.asarray(self.team.evaluate(self.state.params.actor, self.eval_key, self.eval_episodes * 10, self.eval_greedy)).tolist()
+                )
         return {"eval/reward": float(returns.mean()), "eval/return_std": float(returns.std())}
 
     def weights(self) -> Weights:
@@ -244,4 +249,3 @@ class MarlLearner(Learner):
         self.state = flax.serialization.from_bytes(self.state, (directory / "train_state.msgpack").read_bytes())
         saved = json.loads((directory / "learner.json").read_text())
         self.key, self.env_steps = jax.numpy.asarray(saved["key"], dtype=jax.numpy.uint32), saved["env_steps"]
-

@@ -40,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     heldout = HeldOutEval(every=game.eval_every, max_rounds=game.max_rounds, peers=len(managers), stream=sys.stdout)
     start = heldout.before(managers[0])  # every peer starts from the same weights
     n = start.n
-    print(f"held-out before training (greedy, {n} problems never served in a round): accuracy {start.accuracy:.3f}, format {start.format:.3f}", flush=True)
+    print(
+        f"held-out before training (greedy, {n} problems never served in a round): accuracy {start.accuracy:.3f}, format {start.format:.3f}",
+        flush=True,
+    )
     for m in managers:
         m.hooks.after_round.append(heldout)
     run_managers(managers)

@@ -76,7 +76,11 @@ class HeldOutEval:
             point = [s for rows in self.scores.values() for r, s in rows if r == rounds]
             if self.stream is not None and rounds > 0 and len(point) == self.peers:
                 acc, fmt = (sum(getattr(s, k) for s in point) / len(point) for k in ("accuracy", "format"))
-                print(f"held-out after {rounds} rounds (greedy, mean over {len(point)} peers): accuracy {acc:.3f}, format {fmt:.3f}", file=self.stream, flush=True)
+                print(
+                    f"held-out after {rounds} rounds (greedy, mean over {len(point)} peers): accuracy {acc:.3f}, format {fmt:.3f}",
+                    file=self.stream,
+                    flush=True,
+                )
         return score
 
     def table(self) -> list[tuple[int, float, float]]:
