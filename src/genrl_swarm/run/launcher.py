@@ -156,7 +156,8 @@ def _build_game(
     learner = instantiate(spec["learner"], "learner", policy=policy) if spec.get("learner") else None
     policy = learner.acting_policy(policy) if learner is not None else policy
     manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks(), trust=trust)
-    comm.keep_signed_log(directory / "last_signed", resuming=resume)
+    if not comm.in_process:  # a swarm in one process dies whole: no survivor holds a first commitment
+        comm.keep_signed_log(directory / "last_signed", resuming=resume)
     checkpoint = latest_checkpoint(directory / "checkpoints") if resume else None
     carried = None
     if checkpoint is not None:
