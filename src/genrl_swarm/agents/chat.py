@@ -7,6 +7,12 @@ exactly; only what the environment adds (a tool result, an error, the next gener
 is rendered by the tokenizer's chat template and tokenized, as the *difference* between two
 renderings of the conversation.
 
+Pre-filled scaffolds (``prefills``: a text per model turn, e.g. the opening of a tool call)
+are context, not model tokens: their ids end the turn before the model's (the prompt or the
+tool turn), so the loss mask leaves them out, the model's sampled ids are conditioned on them,
+and the text the environment parses is the scaffold followed by the model's reply. A receiver
+given the same scaffold (it is public, in the task) rebuilds the same ids.
+
 Templates that ignore ``tools=`` (SmolLM2's, the tiny test model's) would hide the tools from
 the model, so their declarations are then written into the system message instead.
 """
@@ -18,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from genrl_swarm.envd.types import Message
 from genrl_swarm.core.bodies import Turn
+from genrl_swarm.envd.types import Message
 
 
 def _chat(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -52,8 +58,9 @@ class ChatRenderer:
         body = ids[:-1] if ids and ids[-1] in self.special else ids
         return str(self.tokenizer.decode(list(body), skip_special_tokens=False))
 
-    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Conversation:
-        """The first prompt of an episode (its ids and the history to extend)."""
+    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], prefills: Sequence[str] = ()) -> Conversation:
+        """The first prompt of an episode (its ids and the history to extend); ``prefills[k]``
+        is written ahead of the model's k-th turn."""
         history = _chat(messages)
         if tools and not self.native_tools:
             listing = "\n".join(json.dumps(t["function"], sort_keys=True) for t in tools)
@@ -64,7 +71,9 @@ class ChatRenderer:
                 history.insert(0, {"role": "system", "content": note.strip()})
         prompt = self.render(history, tools, True)
         ids = self.encode(prompt)
-        return Conversation(self, tuple(tools), history, prompt, list(ids), [Turn("user", tuple(ids))])
+        conv = Conversation(self, tuple(tools), history, prompt, list(ids), [Turn("user", tuple(ids))], tuple(prefills))
+        conv.scaffold()
+        return conv
 
 
 @dataclass
@@ -80,12 +89,27 @@ class Conversation:
     prompt: str
     ids: list[int]
     turns: list[Turn]
+    prefills: tuple[str, ...] = ()
     last_reply: list[int] = field(default_factory=list)
+    model_turns: int = 0
+    pending: str = ""  # the scaffold written ahead of the model's next turn
+
+    def scaffold(self) -> None:
+        """Append the next model turn's scaffold, if any, to the last (environment) turn."""
+        text = self.prefills[self.model_turns] if self.model_turns < len(self.prefills) else ""
+        if not text:
+            return
+        ids = self.renderer.encode(text)
+        last = self.turns[-1]
+        self.turns[-1] = Turn(last.role, last.token_ids + tuple(ids))
+        self.ids.extend(ids)
+        self.pending = text
 
     def reply(self, ids: Sequence[int], logprobs: Sequence[float]) -> str:
         """Record the model's turn (ids exactly as sampled, behaviour log-probs); returns its
-        text, which the environment parses."""
-        text = self.renderer.reply_text(ids)
+        text after the scaffold it continued, which the environment parses."""
+        text = self.pending + self.renderer.reply_text(ids)
+        self.pending, self.model_turns = "", self.model_turns + 1
         self.history.append({"role": "assistant", "content": text})
         self.last_reply = list(ids)
         self.turns.append(Turn("assistant", tuple(ids), tuple(logprobs)))
@@ -99,6 +123,7 @@ class Conversation:
         ids = self._respond(messages)
         self.turns.append(Turn("tool", tuple(ids)))
         self.ids.extend(ids)
+        self.scaffold()
         return ids
 
     def _respond(self, messages: Sequence[Message]) -> list[int]:

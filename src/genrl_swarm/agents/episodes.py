@@ -38,6 +38,12 @@ def task_spec(fields: Mapping[str, Any]) -> TaskSpec:
     return TaskSpec(str(fields["task"]), int(fields["seed"]), int(fields.get("max_turns", 0)), int(fields.get("max_tokens", 0)))
 
 
+def prefills(fields: Mapping[str, Any]) -> tuple[str, ...]:
+    """The scaffold written ahead of each model turn (``chat.Conversation``), from the task's
+    public fields (so sender and receiver use the same); none by default."""
+    return tuple(str(p) for p in fields.get("prefill", ()))
+
+
 @dataclass
 class Session:
     """One episode in progress on an environment session."""
@@ -53,9 +59,9 @@ class Session:
     sources: list[str] = field(default_factory=list)  # which policy generated each model turn
 
     @classmethod
-    def start(cls, env: EnvClient, spec: TaskSpec, renderer: ChatRenderer) -> Session:
+    def start(cls, env: EnvClient, spec: TaskSpec, renderer: ChatRenderer, prefill: Sequence[str] = ()) -> Session:
         first = env.reset(spec)
-        s = cls(env, spec, first.session, renderer.start(first.messages, first.tools), first.limits.max_tokens)
+        s = cls(env, spec, first.session, renderer.start(first.messages, first.tools, prefill), first.limits.max_tokens)
         if s.budget <= 0:  # a prompt over the limit: the episode is over before it starts
             s.stop()
         return s
@@ -135,11 +141,11 @@ class MeteredEnv(EnvClient):
         """The wrapped client is shared: not this wrapper's to shut down."""
 
 
-def replay(episode: Episode, spec: TaskSpec, env: EnvClient, renderer: ChatRenderer) -> Replayed:
+def replay(episode: Episode, spec: TaskSpec, env: EnvClient, renderer: ChatRenderer, prefill: Sequence[str] = ()) -> Replayed:
     """Rerun ``episode``'s model turns in this peer's environment; raise ReplayMismatch when a
     prompt or tool turn differs from what the environment gives, or turns follow the end, and
     CutOff once the sandbox time it costs exceeds the sender's remaining budget."""
-    s = Session.start(MeteredEnv(env), spec, renderer)
+    s = Session.start(MeteredEnv(env), spec, renderer, prefill)
     try:
         turns = episode.turns
         if turns[0] != s.conversation.turns[0]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from genrl_swarm.agents.chat import ChatRenderer
 from genrl_swarm.agents.cross_policy import OWN, CrossPolicy, CrossPolicyConfig
-from genrl_swarm.agents.episodes import Session, task_spec
+from genrl_swarm.agents.episodes import Session, prefills, task_spec
 from genrl_swarm.agents.shared_env import shared_env
 from genrl_swarm.core import Body, Episode, RunInterrupted, StageInput
 from genrl_swarm.envd.api import EnvClient
@@ -66,7 +66,7 @@ class AgentPolicy(LMPolicy):
 
     def play(self, inputs: Sequence[StageInput], greedy: bool = False) -> list[Played]:
         """One episode per input, all sessions advanced together turn by turn."""
-        sessions = [Session.start(self.env, task_spec(i.context), self.renderer) for i in inputs]
+        sessions = [Session.start(self.env, task_spec(i.context), self.renderer, prefills(i.context)) for i in inputs]
         try:
             while live := [s for s in sessions if not s.done]:
                 self._turn(live, greedy)

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from genrl_swarm.agents.chat import ChatRenderer
-from genrl_swarm.agents.episodes import replay, task_spec
+from genrl_swarm.agents.episodes import prefills, replay, task_spec
 from genrl_swarm.agents.shared_env import shared_env
 from genrl_swarm.core import DataManager, Episode, RewardManager, Rollout, StageInput, Task
 from genrl_swarm.envd.api import EnvClient
@@ -28,9 +28,12 @@ from genrl_swarm.games.agent.shaping import Scored, Shaping, format_terms
 from genrl_swarm.lm.models import SMOLLM2
 
 
-def agent_task(kind: str, seed: int, copy: int, max_turns: int, max_tokens: int) -> Task:
-    """Copy ``copy`` of the episode (kind, seed); ``group`` names the instance."""
+def agent_task(kind: str, seed: int, copy: int, max_turns: int, max_tokens: int, prefill: Sequence[str] = ()) -> Task:
+    """Copy ``copy`` of the episode (kind, seed); ``group`` names the instance; ``prefill``: the
+    scaffold ahead of each model turn (``agents.chat``), public like the rest."""
     public: dict[str, Any] = {"task": kind, "seed": seed, "copy": copy, "max_turns": max_turns, "max_tokens": max_tokens}
+    if prefill:
+        public["prefill"] = list(prefill)
     return Task.create(f"{kind} #{seed} (copy {copy})", None, public, group=f"{kind}:{seed}", **public)
 
 
@@ -46,6 +49,7 @@ class AgentData(DataManager):
         max_tokens: int = 1024,
         eval_size: int = 2,
         seed: int = 0,
+        prefill: Sequence[str] = (),
     ) -> None:
         unknown = sorted(set(tasks) - set(TASKS))
         if unknown or not tasks:
@@ -53,8 +57,8 @@ class AgentData(DataManager):
         if min(tasks_per_round, group_size, max_turns, max_tokens) < 1 or eval_size < 0:
             raise ValueError("tasks_per_round, group_size, max_turns and max_tokens must be >= 1, eval_size >= 0")
         self.kinds, self.per_round, self.group_size = tuple(tasks), tasks_per_round, group_size
-        self.limits, self.seed = (max_turns, max_tokens), seed
-        self._eval = [agent_task(k, self._seed("eval", k, i), 0, *self.limits) for k in self.kinds for i in range(eval_size)]
+        self.limits, self.seed, self.prefill = (max_turns, max_tokens), seed, tuple(prefill)
+        self._eval = [agent_task(k, self._seed("eval", k, i), 0, *self.limits, self.prefill) for k in self.kinds for i in range(eval_size)]
 
     def _seed(self, *parts: object) -> int:
         return random.Random(repr((self.seed, *parts))).randrange(1 << 31)
@@ -64,7 +68,7 @@ class AgentData(DataManager):
         for slot in range(self.per_round):
             kind = self.kinds[(round * self.per_round + slot) % len(self.kinds)]
             seed = self._seed("round", round, slot)
-            out += [agent_task(kind, seed, c, *self.limits) for c in range(self.group_size)]
+            out += [agent_task(kind, seed, c, *self.limits, self.prefill) for c in range(self.group_size)]
         return out
 
     def eval_tasks(self) -> list[Task]:
@@ -94,7 +98,7 @@ class AgentReward(RewardManager):
         if not isinstance(body, Episode):
             raise TypeError(f"a {type(body).__name__} body; the agent game scores Episode bodies")
         spec = task_spec(task.metadata)
-        success = replay(body, spec, self.env, self.renderer).reward
+        success = replay(body, spec, self.env, self.renderer, prefills(task.metadata)).reward
         replies = [self.renderer.reply_text(t.token_ids) for t in body.turns if t.role == "assistant"]
         kind = TASKS.get(spec.task)
         call, answer = format_terms(replies, [t.name for t in kind.tools] if kind else [])
