@@ -61,7 +61,6 @@ def test_step_advantages_by_hand() -> None:
 
 # --------------------------------------------------------------------------- the learner
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
 
 from genrl_swarm.agents.learner import AgentLearner  # noqa: E402
 from genrl_swarm.lm.policy import LMPolicy  # noqa: E402

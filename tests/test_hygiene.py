@@ -31,6 +31,7 @@ EXTRAS = {
     "dashboard": {"starlette", "uvicorn"},
     "agent": {"grpc"},
     "async": {"ray"},
+    "openenv": {"openenv"},
 }
 EXTRA_OF = {package: extra for extra, packages in EXTRAS.items() for package in packages}
 OPTIONAL = frozenset(EXTRA_OF)
