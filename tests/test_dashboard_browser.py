@@ -37,7 +37,7 @@ FLAGS = [
     "--disable-sync",
 ]
 EVIL = '<img src=x onerror="window.__pwned=1">'
-#: Set to a path to keep the screenshot of the bandit run (the README's is made this way).
+#: Set to a path to keep the screenshot of the bandit run (docs/dashboard.png is made this way).
 SCREENSHOT_ENV = "GENRL_SWARM_DASHBOARD_SCREENSHOT"
 
 

@@ -22,8 +22,8 @@ Defaults (approximate readings of published measurements, not re-measured here):
 * **Compute** per round: log-normal, median 10 s, sigma 0.3 (a small model's generation on a
   home GPU; only its spread matters to the exchange).
 * **CPU on received data**: Ed25519 verify 70 us per commitment, sha256 at 500 MB/s, decoding
-  and checking typed bodies 25 ms per MB, about 1 ms per pull (``bench_exchange.py`` in the
-  README). ``host_cores`` puts every peer on one machine's cores (the loopback validation).
+  and checking typed bodies 25 ms per MB, about 1 ms per pull (``bench_exchange.py``;
+  docs/benchmarks.md, "Exchange latency on gloo"). ``host_cores`` puts every peer on one machine's cores (the loopback validation).
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ COLUMNS = (
 
 
 def table(rows: Sequence[Summary]) -> str:
-    """A Markdown table of summaries (the README's format)."""
+    """A Markdown table of summaries (the format of docs/simulation.md's tables)."""
     head = "| " + " | ".join(c[0] for c in COLUMNS) + " |"
     rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
     body = ["| " + " | ".join(fmt.format(asdict(r)[key]) for _, key, fmt in COLUMNS) + " |" for r in rows]
