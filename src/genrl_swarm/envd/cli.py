@@ -42,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         from genrl_swarm.envd.server import serve
 
-        asyncio.run(serve(config, args.host, args.port))
+        return asyncio.run(serve(config, args.host, args.port))  # 130/143: stopped by a signal
     except OSError as e:
         print(f"genrl-swarm: envd: {e}", file=sys.stderr)
         return 1
-    return 0

@@ -79,18 +79,27 @@ class EnvServer:
         await self.controller.stop()
 
 
-async def serve(config: EnvdConfig, host: str, port: int) -> None:
-    """Run until SIGINT/SIGTERM (``genrl-swarm envd``)."""
+async def serve(config: EnvdConfig, host: str, port: int) -> int:
+    """Run until SIGINT/SIGTERM (``genrl-swarm envd``), then stop the workers and free the port.
+
+    Returns the shell's exit status for a stop by a signal, 128 + its number (130, 143), so a
+    supervisor sees that the server was stopped, not that it finished."""
     server = EnvServer(config, host, port)
     bound = await server.start()
     stats = await server.controller.stats()
     isolation = stats.workers[0].isolation if stats.workers else "?"
     print(f"envd listening on {host}:{bound} ({config.workers} workers, at most {config.max_sessions} sessions, "
           f"ttl {config.ttl:g} s, tasks {','.join(config.host.tasks)}, sandbox: {isolation})", flush=True)  # fmt: skip
-    stop = asyncio.Event()
+    stop: asyncio.Future[signal.Signals] = asyncio.get_running_loop().create_future()
     loop = asyncio.get_running_loop()
+
+    def received(sig: signal.Signals) -> None:
+        if not stop.done():
+            stop.set_result(sig)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    print("envd stopping", flush=True)
+        loop.add_signal_handler(sig, received, sig)
+    sig = await stop
+    print(f"envd stopping ({sig.name})", flush=True)
     await server.stop()
+    return 128 + int(sig)
