@@ -1,4 +1,4 @@
-"""``genrl-swarm dashboard``: check the options, bind, print the link, serve until Ctrl-C.
+"""``genrl-swarm dashboard``: check the options, bind, print the link, serve until Ctrl-C or SIGTERM.
 
 The socket is bound here, before uvicorn starts, so ``--port 0`` prints the port it got and a
 port in use is one error line. Binding anywhere but the loopback needs ``--allow-remote`` and a
@@ -12,8 +12,12 @@ import ipaddress
 import os
 import re
 import secrets
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -126,15 +130,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"the token was generated for this run (pass --token or ${TOKEN_ENV} to keep one)", flush=True)
     server = closing_server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2), hub)
     server.run(sockets=[sock])
-    return 0
+    sock.close()
+    return 128 + int(server.received) if server.received is not None else 0
 
 
 def closing_server(config: Any, hub: Hub) -> Any:
-    """A uvicorn server that ends the hub's event streams when it is asked to stop (Ctrl-C)."""
+    """A uvicorn server that ends the hub's event streams when it is asked to stop (Ctrl-C, SIGTERM).
+
+    Why its own ``capture_signals``: uvicorn re-raises the signal once it has shut down, which
+    turns Ctrl-C into a KeyboardInterrupt traceback. Here the signal is only recorded, and
+    ``run`` exits with 128 + its number (130, 143) like ``genrl-swarm run``."""
     import uvicorn
 
     class _Server(uvicorn.Server):
+        received: signal.Signals | None = None
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+
         def handle_exit(self, sig: int, frame: Any) -> None:
+            self.received = self.received or signal.Signals(sig)
             hub.close()
             super().handle_exit(sig, frame)
 
