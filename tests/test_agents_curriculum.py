@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+pytest.importorskip("torch")  # genrl_swarm.games.agent loads the LM stack
+
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.envd.tasks.arith import evaluate, show
 from genrl_swarm.envd.tasks.curriculum import CALCULATOR_LEVELS, Curriculum, Promotion

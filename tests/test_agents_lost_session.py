@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-pytest.importorskip("transformers")
 pytest.importorskip("torch")
 
 from genrl_swarm.agents.episodes import Session, replay, task_spec

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from genrl_swarm.agents.episodes import Session, prefills, replay, task_spec

@@ -8,6 +8,7 @@ import copy
 from collections.abc import Sequence
 
 import pytest
+
 pytest.importorskip("torch")
 import torch
 

@@ -88,7 +88,7 @@ def test_the_page_shows_a_bandit_run_its_curves_leaderboard_and_a_dropped_payloa
         faults = page.locator("#faults-body tr", has_text=reason)
         seen = sorted(tuple(texts(faults.nth(i), "td")[3:6]) for i in range(faults.count()))  # seen by, sender, kind
         # peer-0 and peer-1 each drop its payload in both stages, then quarantine it.
-        assert seen == [(o, "peer-2", k) for o in ("peer-0", "peer-1") for k in ("payload", "payload", "quarantine")]
+        assert seen == [(o, "peer-2", k) for o in ("peer-0", "peer-1") for k in ("bad payload", "bad payload", "quarantine")]
         assert any(reason in t for t in texts(page, "#peers-body tr[data-peer=peer-2] td[data-col=reasons] li"))
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         if os.environ.get(SCREENSHOT_ENV):

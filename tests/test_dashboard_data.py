@@ -81,10 +81,11 @@ def test_peers_seen_only_by_others_drops_reasons_and_quarantines(tmp_path: Path)
     far = peers["far"]
     assert far["local"] is False and far["dropped"] == 3 and far["quarantined_by"] == 1 and far["scored"] == 0.4
     assert (
-        far["reasons"][0].startswith("quarantined: payload: revealed") and "payload: revealed payload does not match its commitment" in far["reasons"]
+        far["reasons"][0].startswith("quarantined: payload: revealed")
+        and "bad payload: revealed payload does not match its commitment" in far["reasons"]
     )
     assert snap["progress"] == {"round": 2, "rounds_done": 2, "max_rounds": 10, "stages": 2, "peers_at": [[2, 1]]}
-    assert [i["kind"] for i in snap["incidents"]] == ["quarantine", "payload"]
+    assert [i["kind"] for i in snap["incidents"]] == ["quarantine", "bad payload"]
 
 
 def test_the_leaderboard_is_each_peers_last_tally_best_first(tmp_path: Path) -> None:

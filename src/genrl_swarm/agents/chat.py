@@ -37,7 +37,7 @@ class ChatRenderer:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        self.special = set(int(i) for i in getattr(tokenizer, "all_special_ids", ()))
+        self.special = {int(i) for i in getattr(tokenizer, "all_special_ids", ())}
         probe = [{"role": "user", "content": "x"}]
         tool = {"type": "function", "function": {"name": "probe", "description": "d", "parameters": {"type": "object", "properties": {}}}}
         self.native_tools = True

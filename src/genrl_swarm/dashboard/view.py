@@ -8,10 +8,11 @@ as text only. Values that are not finite numbers are ignored rather than trusted
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from genrl_swarm.core.types import DropKind
 from genrl_swarm.dashboard.downsample import buckets, series
 from genrl_swarm.dashboard.runs import MAX_ROUND, MAX_STAGES, SUCCESS, PeerLog, count, num
 from genrl_swarm.run.events import clip
@@ -19,6 +20,39 @@ from genrl_swarm.run.events import clip
 PEER_REWARD = "reward/peer/"
 VALUE_BUDGET = 60_000  # numbers per chart across all its series; a peer's curve gets a share
 MAX_REMOTE_PEERS = 256  # peers in the table only because others saw them: the most dropped first
+
+
+#: What a drop kind means, for people (the kinds are DropKind's values; anything else is shown clipped).
+KIND_LABELS = {
+    DropKind.PAYLOAD: "bad payload",
+    DropKind.EQUIVOCATION: "equivocation",
+    DropKind.BUDGET: "over budget",
+    DropKind.CPU: "too slow to check",
+    DropKind.REFUSED: "refused",
+    DropKind.SCORING: "scoring failed",
+    DropKind.COPY: "copy",
+    DropKind.LATE: "late",
+    DropKind.VIEW: "different view",
+}
+
+
+def kind_label(event: Mapping[str, Any]) -> str:
+    """The readable kind of a drop, quarantine or omission event."""
+    if event.get("kind") == "quarantine":
+        return "quarantined"
+    if event.get("kind") == "drops_omitted":
+        return "omitted"
+    drop = str(event.get("drop", ""))
+    return KIND_LABELS[DropKind(drop)] if drop in DropKind._value2member_map_ else clip(drop or "dropped", 32)
+
+
+def reason_text(event: Mapping[str, Any]) -> str:
+    """The event's sentence without a leading copy of its kind ("late: late: no commitment" reads "late: no commitment")."""
+    reason = str(event.get("reason", ""))
+    drop = str(event.get("drop", ""))
+    if drop and reason.lower().startswith(drop.lower() + ":"):
+        reason = reason[len(drop) + 1 :].lstrip()
+    return clip(reason)
 
 
 def _sum(row: Mapping[str, Any], prefix: str) -> float | None:
@@ -43,6 +77,14 @@ class Observed:
     scorers: int = 0
 
 
+def namer(logs: Sequence[PeerLog]) -> Callable[[str, str], str]:
+    """How a peer is named on the page: its id, or ``<run>/<id>`` when several runs are watched,
+    so two runs' ``peer-0`` stay two rows and two curves instead of being merged silently."""
+    if len({log.run for log in logs}) <= 1:
+        return lambda run, peer: clip(peer)
+    return lambda run, peer: clip(f"{run}/{peer}")
+
+
 def _current(log: PeerLog) -> tuple[int, int]:
     """(round, stages done in it): the round in progress, or the one after the last row."""
     next_round = log.last_round + 1 if log.last_round is not None else count(log.start.get("start_round")) or 0
@@ -53,31 +95,35 @@ def _current(log: PeerLog) -> tuple[int, int]:
 
 def _observed(logs: Sequence[PeerLog]) -> dict[str, Observed]:
     seen: defaultdict[str, Observed] = defaultdict(Observed)
+    name = namer(logs)
     for log in logs:
         for sender, n in log.dropped_by.items():
-            seen[sender].dropped += n
+            seen[name(log.run, sender)].dropped += n
         me = log.peer
         if log.rows:
             for key, value in log.last.items():
                 if key.startswith(PEER_REWARD) and (v := num(value)) is not None and key[len(PEER_REWARD) :] != me:
-                    seen[clip(key[len(PEER_REWARD) :])].score_sum += v
-                    seen[clip(key[len(PEER_REWARD) :])].scorers += 1
+                    seen[name(log.run, key[len(PEER_REWARD) :])].score_sum += v
+                    seen[name(log.run, key[len(PEER_REWARD) :])].scorers += 1
         now = _current(log)[0]
         for sender, event in log.quarantines.items():
-            seen[clip(sender)].quarantines += sum(1 for e in log.incidents if e.get("kind") == "quarantine" and e.get("sender") == sender)
+            seen[name(log.run, sender)].quarantines += sum(1 for e in log.incidents if e.get("kind") == "quarantine" and e.get("sender") == sender)
             if isinstance(event.get("until"), int) and now < event["until"]:
-                seen[clip(sender)].quarantined_by += 1
+                seen[name(log.run, sender)].quarantined_by += 1
     return seen
 
 
 def _reasons(logs: Sequence[PeerLog]) -> dict[str, list[str]]:
     """Per sender, its distinct recent drop and quarantine reasons, newest first (at most 3)."""
-    events = sorted((e for log in logs for e in log.incidents if isinstance(e.get("sender"), str)), key=lambda e: -(num(e.get("t")) or 0.0))
+    name = namer(logs)
+    events = sorted(
+        ((log.run, e) for log in logs for e in log.incidents if isinstance(e.get("sender"), str)), key=lambda re: -(num(re[1].get("t")) or 0.0)
+    )
     out: defaultdict[str, list[str]] = defaultdict(list)
-    for e in events:
-        kind = "quarantined" if e.get("kind") == "quarantine" else str(e.get("drop", "dropped"))
-        text = clip(f"{kind}: {e.get('reason', '')}")
-        mine = out[clip(e["sender"])]
+    for run, e in events:
+        reason = reason_text(e)
+        text = clip(f"{kind_label(e)}: {reason}" if reason else kind_label(e))
+        mine = out[name(run, e["sender"])]
         if text not in mine and len(mine) < 3:
             mine.append(text)
     return out
@@ -112,14 +158,14 @@ def _top_remote(seen: Mapping[str, Observed], local: Iterable[str], keep: int) -
 def peer_rows(logs: Sequence[PeerLog], statuses: Mapping[str, Mapping[str, Any]], omitted: list[int] | None = None) -> list[dict[str, Any]]:
     """The table: every peer with a folder, every live status, and the MAX_REMOTE_PEERS peers
     others scored or dropped the most (how many more is added to ``omitted``)."""
-    seen, reasons = _observed(logs), _reasons(logs)
+    seen, reasons, name = _observed(logs), _reasons(logs), namer(logs)
     rows: dict[str, dict[str, Any]] = {}
     for log in logs:
         last = log.last
         evals = log.series.get("eval/reward", {})
         current, stage = _current(log)
-        rows[log.peer] = {
-            "id": log.peer,
+        rows[name(log.run, log.peer)] = {
+            "id": name(log.run, log.peer),
             "run": clip(log.run),
             "backend": clip(str(log.start.get("backend", ""))) or None,
             "round": current,
@@ -154,15 +200,16 @@ def peer_rows(logs: Sequence[PeerLog], statuses: Mapping[str, Mapping[str, Any]]
     return sorted(rows.values(), key=lambda r: r["id"])
 
 
-def leaderboard(logs: Iterable[PeerLog]) -> list[dict[str, Any]]:
+def leaderboard(logs: Sequence[PeerLog]) -> list[dict[str, Any]]:
     """Each peer's own tally from its last row (the coordinator's books), best first."""
     out = []
+    name = namer(logs)
     for log in logs:
         if log.rows:
             last = log.last
             out.append(
                 {
-                    "id": log.peer,
+                    "id": name(log.run, log.peer),
                     "cumulative": num(last.get("reward/cumulative")) or 0.0,
                     "wins": int(num(last.get("wins")) or 0),
                     "rounds": len(log.rows),
@@ -192,9 +239,10 @@ def curves(logs: Sequence[PeerLog], max_points: int) -> dict[str, Any]:
     rounds = sorted({r for log in logs for r in log.rows})
     share = max(16, min(max_points, VALUE_BUDGET // max(1, 2 * len(logs))))
     groups = buckets(rounds, share)
+    name = namer(logs)
 
     def per_peer(key: str) -> dict[str, list[float | None]]:
-        return {log.peer: series(log.series.get(key, {}), groups) for log in logs}
+        return {name(log.run, log.peer): series(log.series.get(key, {}), groups) for log in logs}
 
     def mean_of(key: str) -> list[float | None]:
         sums: defaultdict[int, list[float]] = defaultdict(list)
@@ -216,18 +264,19 @@ def curves(logs: Sequence[PeerLog], max_points: int) -> dict[str, Any]:
 
 def incidents(logs: Sequence[PeerLog], limit: int = 100) -> list[dict[str, Any]]:
     """The newest drops and quarantines across observers, for the faults panel."""
-    events = [(log.peer, e) for log in logs for e in log.incidents]
-    events.sort(key=lambda pe: -(num(pe[1].get("t")) or 0.0))
+    name = namer(logs)
+    events = [(log.run, name(log.run, log.peer), e) for log in logs for e in log.incidents]
+    events.sort(key=lambda pe: -(num(pe[2].get("t")) or 0.0))
     out = []
-    for observer, e in events[:limit]:
+    for run, observer, e in events[:limit]:
         out.append({
             "t": num(e.get("t")),
             "round": count(e.get("round"), MAX_ROUND),
             "stage": count(e.get("stage"), MAX_STAGES),
             "observer": observer,
-            "sender": clip(str(e.get("sender", ""))),
-            "kind": "quarantine" if e.get("kind") == "quarantine" else "omitted" if e.get("kind") == "drops_omitted" else clip(str(e.get("drop", "")), 32),
-            "reason": clip(str(e.get("reason", f"{e.get('count', '?')} more drops not recorded"))),
+            "sender": name(run, str(e.get("sender", ""))),
+            "kind": "quarantine" if e.get("kind") == "quarantine" else kind_label(e),
+            "reason": reason_text(e) if "reason" in e else f"{e.get('count', '?')} more drops not recorded",
         })  # fmt: skip
     return out
 

@@ -12,4 +12,17 @@ from genrl_swarm.envd.tasks.sql import Sql
 TASKS: dict[str, Task] = {t.name: t for t in (Calculator(), CalculatorOne(), CalculatorTwo(), Sql(), KvStore(), Probe())}
 DEFAULT_TASKS: tuple[str, ...] = ("calculator", "calculator-1", "calculator-2", "sql", "kvstore")
 
-__all__ = ["DEFAULT_TASKS", "TASKS", "Calculator", "CalculatorOne", "CalculatorTwo", "KvStore", "Outcome", "Probe", "Setup", "Sql", "Task", "ToolFailure"]
+__all__ = [
+    "DEFAULT_TASKS",
+    "TASKS",
+    "Calculator",
+    "CalculatorOne",
+    "CalculatorTwo",
+    "KvStore",
+    "Outcome",
+    "Probe",
+    "Setup",
+    "Sql",
+    "Task",
+    "ToolFailure",
+]

@@ -14,7 +14,7 @@ from genrl_swarm.envd.tasks.base import Outcome, Setup, Task, ToolFailure
 
 MAX_KEYS = 64
 KEY = Param("string", "a key", max_length=64)
-WORDS = "apple river stone cloud amber maple delta ember frost grove".split()
+WORDS = ["apple", "river", "stone", "cloud", "amber", "maple", "delta", "ember", "frost", "grove"]
 
 
 def _goal_sum(rng: Any, store: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -27,7 +27,7 @@ def _goal_sum(rng: Any, store: dict[str, str]) -> tuple[str, dict[str, str]]:
 def _goal_chain(rng: Any, store: dict[str, str]) -> tuple[str, dict[str, str]]:
     hops = [f"node_{w}" for w in rng.sample(WORDS, rng.randint(3, 5))]
     store["start"] = hops[0]
-    store.update({a: b for a, b in zip(hops, hops[1:])})
+    store.update(dict(zip(hops, hops[1:])))
     store[hops[-1]] = str(rng.randint(100, 999))
     goal = "Starting at key start, follow the values (each names the next key) to a number; set the key result to it."
     return goal, {**store, "result": store[hops[-1]]}

@@ -29,7 +29,11 @@ class Probe(Task):
         Tool("allocate", "Allocate memory.", {"megabytes": Param("integer", "how much", minimum=0, maximum=1 << 20)}),
         Tool("crash", "Kill the process running the tool."),
         Tool("pid", "The id of the process running the tool."),
-        Tool("connect", "Open a TCP connection.", {"host": Param("string", "host", max_length=255), "port": Param("integer", "port", minimum=1, maximum=65535)}),
+        Tool(
+            "connect",
+            "Open a TCP connection.",
+            {"host": Param("string", "host", max_length=255), "port": Param("integer", "port", minimum=1, maximum=65535)},
+        ),
         Tool("read_file", "Read a file.", {"path": Param("string", "path", max_length=4096)}),
         Tool("write_scratch", "Write a file into the scratch directory.", {"text": Param("string", "content", max_length=1000)}),
     )

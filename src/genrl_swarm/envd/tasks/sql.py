@@ -98,7 +98,11 @@ class Sql(Task):
             db.executescript("".join(f"CREATE TABLE {t};" for t in SCHEMA))
             db.executemany("INSERT INTO employees VALUES (?, ?, ?, ?, ?)", people)
             db.executemany("INSERT INTO departments VALUES (?, ?)", floors.items())
-            params = {"dept": rng.choice(sorted({p[2] for p in people})), "year": rng.randint(2012, 2022), "floor": rng.choice(sorted(set(floors.values())))}
+            params = {
+                "dept": rng.choice(sorted({p[2] for p in people})),
+                "year": rng.randint(2012, 2022),
+                "floor": rng.choice(sorted(set(floors.values()))),
+            }
             template, truth_query = QUESTIONS[rng.randrange(len(QUESTIONS))]
             truth = db.execute(truth_query, params).fetchone()[0]
         db.close()

@@ -98,8 +98,11 @@ class AgentReward(RewardManager):
         if not isinstance(body, Episode):
             raise TypeError(f"a {type(body).__name__} body; the agent game scores Episode bodies")
         spec = task_spec(task.metadata)
-        success = replay(body, spec, self.env, self.renderer, prefills(task.metadata)).reward
-        replies = [self.renderer.reply_text(t.token_ids) for t in body.turns if t.role == "assistant"]
+        scaffold = prefills(task.metadata)
+        success = replay(body, spec, self.env, self.renderer, scaffold).reward
+        model_turns = [t for t in body.turns if t.role == "assistant"]
+        # what the environment parsed: each turn's scaffold, then the model's reply
+        replies = [(scaffold[k] if k < len(scaffold) else "") + self.renderer.reply_text(t.token_ids) for k, t in enumerate(model_turns)]
         kind = TASKS.get(spec.task)
         call, answer = format_terms(replies, [t.name for t in kind.tools] if kind else [])
         scored = Scored(spec.task, success, call, answer)
