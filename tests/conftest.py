@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-# Transitional, while tests written before tests/helpers/ land: import from helpers, not from
-# here (tests/test_hygiene.py fails on a test that imports from conftest).
-from helpers import Echo, RecordingGame, Stranger, echo, msgspec_replace  # noqa: F401
+from helpers import load
 
 # Tiny random models are built once per machine into this cache (never the user's home cache).
 os.environ.setdefault("GENRL_SWARM_CACHE", str(Path(__file__).parents[1] / ".pytest_cache" / "genrl_swarm"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def cpu_hog() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Every core kept busy by another process for the whole test (tests/helpers/load.py)."""
+    with load.cpu_hog() as hogs:
+        yield hogs
+    assert all(h.returncode is not None for h in hogs)
 
 
 @pytest.fixture

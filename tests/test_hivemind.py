@@ -264,7 +264,8 @@ def test_dead_dht_or_p2pd_ends_the_exchange_and_frees_the_identity(kill: str, tm
     IdentityLock(key).release()  # the lock is free: a restart can take it
 
 
-def test_restart_rejoins_through_remembered_peers(tmp_path: Path) -> None:
+def test_restart_rejoins_through_remembered_peers(tmp_path: Path, cpu_hog: list[subprocess.Popen[bytes]]) -> None:
+    """With every core busy with another process (honest peers generate at full load)."""
     first = backend(swarm="rejoin")
     key = tmp_path / "b.key"
     b = backend(first, identity_path=str(key), swarm="rejoin")
@@ -279,6 +280,7 @@ def test_restart_rejoins_through_remembered_peers(tmp_path: Path) -> None:
         try:
             wait_until(lambda: c.peer_id in again.membership.live(), 10, "the restarted b to see c")
             assert again.peer_id == b.peer_id
+            assert all(h.poll() is None for h in cpu_hog)  # the cores were busy throughout
         finally:
             again.close()
     finally:
@@ -351,12 +353,13 @@ class Peer:
             raise
 
 
-def test_three_cli_peers_play_three_rounds_and_see_each_other(tmp_path: Path) -> None:
+def test_three_cli_peers_play_three_rounds_and_see_each_other(tmp_path: Path, cpu_hog: list[subprocess.Popen[bytes]]) -> None:
     args = ["--recipe", "bandit", f"run.dir={tmp_path / 'run'}", "game.max_rounds=3", "game.exchange_timeout=60",
             "communication.min_peers=3", *QUIET]  # fmt: skip
     first = Peer(tmp_path, "a", args)
     peers = [first, *(Peer(tmp_path, name, args, initial=first.maddr()) for name in ("b", "c"))]
     assert all(p.wait() == 0 for p in peers), [p.text()[-1500:] for p in peers]
+    assert all(h.poll() is None for h in cpu_hog)  # three peers as processes, with every core busy beside them
     ids = sorted(p.maddr().rsplit("/", 1)[1] for p in peers)
     for pid in ids:
         rows = read_metrics(tmp_path / "run" / pid / "metrics.jsonl")
@@ -366,9 +369,10 @@ def test_three_cli_peers_play_three_rounds_and_see_each_other(tmp_path: Path) ->
             assert sorted(k.rsplit("/", 1)[1] for k in row if k.startswith("reward/peer/")) == ids
 
 
-def test_killed_cli_peer_resumes_without_silent_gaps_or_lost_tally(tmp_path: Path) -> None:
+def test_killed_cli_peer_resumes_without_silent_gaps_or_lost_tally(tmp_path: Path, cpu_hog: list[subprocess.Popen[bytes]]) -> None:
     """kill -9 of a peer, then `--resume` with its identity: it continues from its checkpoint,
-    every round it did not play is named in a log line, and its cumulative reward carries on."""
+    every round it did not play is named in a log line, and its cumulative reward carries on;
+    all with every core busy with another process."""
     import json
     import re
 

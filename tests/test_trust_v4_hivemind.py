@@ -75,7 +75,7 @@ def lie(liar: HivemindBackend, face: SlotStore) -> None:
             liar.exchange(r, s, answers(liar.peer_id, r, "7") if s == 0 else [], 20.0, Echo)
 
 
-def test_an_equivocating_hivemind_peer_is_proven_and_honest_peers_keep_each_other(swarm: Any) -> None:
+def test_an_equivocating_hivemind_peer_is_proven_and_honest_peers_keep_each_other(swarm: Any, cpu_hog: list[Any]) -> None:
     a, b, liar, face = swarm
     out: dict[str, tuple[list[RoundResult], GameManager]] = {}
 
@@ -102,6 +102,7 @@ def test_an_equivocating_hivemind_peer_is_proven_and_honest_peers_keep_each_othe
         assert other.peer_id not in manager.book.reasons, manager.book.reasons  # before: B quarantined A
         assert manager.book.reasons[liar.peer_id].startswith("equivocation")
         assert sorted(r1.rewards) == sorted([a.peer_id, b.peer_id]) and r1.metrics["swarm/peers_s2"] == 2
+    assert all(h.poll() is None for h in cpu_hog)  # every core was busy with another process throughout
 
 
 def test_peers_started_by_hand_seconds_apart_keep_each_other_in_round_0() -> None:
