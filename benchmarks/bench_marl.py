@@ -7,9 +7,16 @@
    return (32 sampled episodes, as Mava evaluates) against environment steps, up to 1M steps.
 3. The swarm: 2 peers playing the ``marl`` game, sharing replay-verified trajectories, sharing
    parameters, or isolated, at equal environment steps per peer.
+4. Start-up (``--parts startup``): ``genrl-swarm run --recipe marl`` to the end of its first
+   round (imports, setup, compiles, one collect + replay + update), in a fresh process with an
+   empty JAX compilation cache, then again with the cache the first filled; pairs back to back,
+   wall and CPU seconds, and the cache's hits and writes.
+
+The other parts measure compilation, so they run with the persistent cache off.
 
     python benchmarks/bench_marl.py                      # everything (~20 min on 2 CPU cores)
     python benchmarks/bench_marl.py --parts speed --updates 5 --envs 16
+    python benchmarks/bench_marl.py --parts startup --pairs 3
 """
 
 from __future__ import annotations
@@ -17,6 +24,10 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -81,6 +92,41 @@ def swarm(share: str, rounds: int, num_envs: int, out: Path) -> list[tuple[int, 
     return [(step, float(np.mean([c.mean[i] for c in curves]))) for i, step in enumerate(curves[0].steps)]
 
 
+STARTUP = """
+import json, sys, time
+start = time.perf_counter()
+from genrl_swarm.cli import main
+import genrl_swarm.games.marl
+imported = time.perf_counter()
+from genrl_swarm.marl import cache
+code = main(["run", "--overwrite", "--recipe", sys.argv[2], f"run.dir={sys.argv[1]}", "game.max_rounds=1", "learner.total_rounds=1000",
+             "run.console=false", "run.plot=false", "run.tensorboard=false", *sys.argv[3:]])
+print(json.dumps({"code": code, "import_s": imported - start, "run_s": time.perf_counter() - imported, **cache.counts()}))
+"""
+
+
+def startup(recipe: str, overrides: list[str], pairs: int) -> list[dict[str, float | str]]:
+    """Pairs of (empty cache, the cache the first run filled) runs of one round, back to back."""
+    rows: list[dict[str, float | str]] = []
+    for pair in range(pairs):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = os.environ | {"GENRL_SWARM_JAX_CACHE": f"{tmp}/jax"}
+            for phase in ("first", "second"):
+                load, cpu = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
+                start = time.perf_counter()
+                out = subprocess.run([sys.executable, "-c", STARTUP, f"{tmp}/run", recipe, *overrides], env=env, capture_output=True, text=True)
+                wall = time.perf_counter() - start
+                if out.returncode != 0:
+                    raise SystemExit(out.stderr[-3000:])
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                report = json.loads(out.stdout.strip().splitlines()[-1])
+                rows.append({"pair": pair, "run": phase, "wall_s": round(wall, 2), "cpu_s": round(after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime, 2),
+                             "import_s": round(report["import_s"], 2), "hits": report["hits"], "writes": report["writes"],
+                             "saved_s": report["saved_s"], "load_1min": round(load, 2)})  # fmt: skip
+                print("  ", rows[-1], flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="speed,learning,swarm")
@@ -90,8 +136,11 @@ def main() -> None:
     parser.add_argument("--evals", type=int, default=10)
     parser.add_argument("--swarm-rounds", type=int, default=30)
     parser.add_argument("--swarm-envs", type=int, default=64)
+    parser.add_argument("--pairs", type=int, default=3, help="start-up: pairs of (empty cache, warm cache) runs")
+    parser.add_argument("--startup-recipe", default="marl")
     parser.add_argument("--out", type=Path, default=Path("runs/bench_marl"))
     a = parser.parse_args()
+    os.environ.setdefault("GENRL_SWARM_JAX_CACHE", "off")  # speed, learning, swarm: compile times as a fresh process pays them
     parts, results = set(a.parts.split(",")), {"machine": machine(), "devices": [str(d) for d in jax.devices()]}
     print(results["machine"], "|", "jax", jax.__version__, results["devices"])
     if "speed" in parts:
@@ -117,6 +166,11 @@ def main() -> None:
         steps = [s for s, _ in curves["none"]]
         rows = [[s, *(round(curves[k][i][1], 3) for k in ("trajectories", "parameters", "none"))] for i, s in enumerate(steps)]
         print(table(["env steps per peer", "shared trajectories", "shared parameters", "isolated"], rows))
+    if "startup" in parts:
+        rows = startup(a.startup_recipe, [], a.pairs)
+        results["startup"] = rows
+        keys = ["pair", "run", "wall_s", "cpu_s", "import_s", "hits", "writes", "saved_s", "load_1min"]
+        print(table(keys, [[r[k] for k in keys] for r in rows]))
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "results.json").write_text(json.dumps(results, indent=1))
 

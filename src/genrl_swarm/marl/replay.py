@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from genrl_swarm.core.bodies import Array, ArraySpec, Trajectory
+from genrl_swarm.marl import cache as compilation_cache
 from genrl_swarm.marl.config import EnvConfig
 from genrl_swarm.marl.envs import EnvState, MultiAgentEnv
 from genrl_swarm.marl.team import Batch, Rollout, mean_return
@@ -85,6 +86,7 @@ class Verifier:
     check, the reward and the learner of every peer in the process replay a body once."""
 
     def __init__(self, env: MultiAgentEnv, num_envs: int, steps: int, cache: int = 64) -> None:
+        compilation_cache.enable()
         self.env, self.num_envs, self.steps = env, num_envs, steps
         self.spec = trajectory_spec(env, num_envs)
         self._replay = jax.jit(self._run)

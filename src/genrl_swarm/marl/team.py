@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from genrl_swarm.marl import networks, ppo
+from genrl_swarm.marl import cache, networks, ppo
 from genrl_swarm.marl.config import EnvConfig, SystemConfig
 from genrl_swarm.marl.envs import EnvState, MultiAgentEnv, Step
 
@@ -122,6 +122,7 @@ class Team:
     peers of one process share compiled functions."""
 
     def __init__(self, env: EnvConfig, system: SystemConfig) -> None:
+        cache.enable()  # before the first compile: a second run loads the programs from disk
         self.env, self.system = MultiAgentEnv(env), system
         self.actor = networks.actor(system.layers, self.env.num_actions)
         self.critic = networks.critic(system.layers)

@@ -1,0 +1,64 @@
+"""JAX's persistent compilation cache (issue 33): a second process running the same MARL recipe
+loads every program the first one compiled (JAX's hit events, the files on disk), compiles
+nothing, and trains to the same numbers; the user's own JAX setting and ``off`` are respected."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+jax = pytest.importorskip("jax")  # the child processes need it
+jumanji = pytest.importorskip("jumanji")
+
+pytestmark = pytest.mark.slow  # two processes compile or load a MARL team
+
+RUN = """
+import json, sys, time
+start = time.perf_counter()
+from genrl_swarm.cli import main
+from genrl_swarm.marl import cache
+code = main(["run", "--overwrite", "--recipe", "marl/tiny", "game.max_rounds=1", "learner.total_rounds=100",
+             f"run.dir={sys.argv[1]}", "run.console=false", "run.plot=false", "run.tensorboard=false"])
+print(json.dumps({"code": code, "dir": str(cache.cache_dir()), "seconds": time.perf_counter() - start, **cache.counts()}))
+"""
+
+
+def play(run_dir: Path, **env: str) -> dict[str, Any]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    out = subprocess.run([sys.executable, "-c", RUN, str(run_dir)], capture_output=True, text=True, timeout=600, env=clean | env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["code"] == 0
+    return report
+
+
+def trained(run_dir: Path) -> dict[str, float]:
+    row = json.loads((run_dir / "peer-0" / "metrics.jsonl").read_text().splitlines()[0])
+    return {k: v for k, v in row.items() if k.startswith("train/")}
+
+
+def test_a_second_process_loads_every_program_from_the_cache(tmp_path: Path) -> None:
+    cache_dir = tmp_path / "jax"
+    first = play(tmp_path / "a", GENRL_SWARM_JAX_CACHE=str(cache_dir))
+    files = sorted(p.name for p in cache_dir.iterdir())
+    assert first["dir"] == str(cache_dir)
+    assert first["hits"] == 0 and len(files) >= 5 and first["writes"] >= len(files)  # two peers may write one program twice
+    second = play(tmp_path / "b", GENRL_SWARM_JAX_CACHE=str(cache_dir))
+    assert second["writes"] == 0, "the second process compiled something the first did not store"
+    assert second["hits"] == second["requests"] >= len(files)
+    assert sorted(p.name for p in cache_dir.iterdir()) == files
+    assert trained(tmp_path / "b") == trained(tmp_path / "a") != {}  # the same executables: the same numbers
+
+
+def test_off_and_the_users_own_jax_setting_are_respected(tmp_path: Path) -> None:
+    off = play(tmp_path / "a", GENRL_SWARM_JAX_CACHE="off", GENRL_SWARM_CACHE=str(tmp_path / "home"))
+    assert off["dir"] == "None" and off["hits"] == off["writes"] == 0 and not (tmp_path / "home").exists()
+    own = tmp_path / "own"
+    theirs = play(tmp_path / "b", JAX_COMPILATION_CACHE_DIR=str(own), GENRL_SWARM_JAX_CACHE=str(tmp_path / "ours"))
+    assert theirs["dir"] == str(own) and any(own.iterdir()) and not (tmp_path / "ours").exists()
