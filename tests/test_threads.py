@@ -3,8 +3,13 @@ one), unless the user said otherwise; the launcher applies it only where torch i
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,3 +91,25 @@ def test_the_users_own_torch_setting_is_kept(torch_threads: Any, bandit_recipe: 
     torch_threads.set_num_threads(available_cores() + 3)  # not a count torch picks by itself
     run_recipe(bandit_recipe("game.max_rounds=1"))
     assert torch_threads.get_num_threads() == available_cores() + 3
+
+
+LM_SWARM = """
+import json, sys
+from genrl_swarm.cli import main
+assert "torch" not in sys.modules
+code = main(["run", "--recipe", "reasoning_gym", "policy.model=tiny-random", "swarm.num_peers=2", "game.max_rounds=1",
+             "policy.sampling.max_new_tokens=3", "policy.sampling.num_generations=2", f"run.dir={sys.argv[1]}",
+             "run.console=false", "run.plot=false", "run.tensorboard=false"])
+import torch
+print(json.dumps({"code": code, "threads": torch.get_num_threads()}))
+"""
+
+
+@pytest.mark.slow  # an LM swarm in a child process
+def test_an_lm_swarm_that_imports_torch_itself_ends_on_the_budget(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")  # the child imports torch and the LM stack itself
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", LM_SWARM, str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"code": 0, "threads": max(1, available_cores() // 2)}
+    assert f"torch threads: {max(1, available_cores() // 2)} per peer" in out.stderr + out.stdout
