@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from jax._src import compilation_cache as _jax_cache_state  # whether a compile already latched it (no public API)
 from jax.experimental.compilation_cache import compilation_cache
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,8 @@ def enable() -> Path | None:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         if "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES" not in os.environ:
             jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # -1: no floor
-        compilation_cache.reset_cache()  # an earlier compile in this process latched the cache off
+        if getattr(_jax_cache_state, "_cache_checked", True) or _jax_cache_state.is_initialized():
+            compilation_cache.reset_cache()  # an earlier compile in this process latched the cache off
         _enabled = directory
         log.info("JAX compilation cache: %s", directory)
         return directory

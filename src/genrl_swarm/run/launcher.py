@@ -45,8 +45,7 @@ from genrl_swarm.run.metrics import MetricsLogger
 from genrl_swarm.run.plot import plot_rewards
 from genrl_swarm.run.rundir import Existing, RunDirLock
 from genrl_swarm.run.stopping import StopSignals
-from genrl_swarm.run.threads import apply as apply_threads
-from genrl_swarm.run.threads import budget_for
+from genrl_swarm.run.threads import budget_for, settle
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ def build_managers(
         Path(run.dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RecipeError(f"run.dir: cannot create {run.dir}: {e.strerror or e}") from e
-    try:  # torch threads for each peer hosted here (run.threads once the run section has it), logged once
+    try:  # torch threads for each peer hosted here (run.threads once the run section has it)
         budget = budget_for(comm_cls.peers_in_process(swarm.num_peers), getattr(run, "threads", 0))
     except ValueError as e:
         raise RecipeError(str(e)) from e
@@ -116,7 +115,7 @@ def build_managers(
     # the collector's reach keeps a full collection (triggered by decoding a peer's payload)
     # from rescanning hundreds of thousands of objects that can never be garbage.
     gc.freeze()
-    apply_threads(budget)  # after the components: they are what imports torch, if anything does
+    settle(budget)  # logged and applied after the components: they are what imports torch, if anything does
     return managers, run
 
 

@@ -132,7 +132,12 @@ def apply(budget: ThreadBudget) -> bool:
 
 
 def budget_for(peers: int, requested: int = 0) -> ThreadBudget:
-    """The budget of this process (its cores, its environment, torch's state), logged once."""
-    budget = thread_budget(available_cores(), peers, requested, os.environ, _users_torch_threads())
-    log.info("%s", budget.describe())
-    return budget
+    """The budget of this process (its cores, its environment, torch's state before the launch)."""
+    return thread_budget(available_cores(), peers, requested, os.environ, _users_torch_threads())
+
+
+def settle(budget: ThreadBudget) -> None:
+    """Apply the budget and log it once: the launcher calls this when its peers are built (a
+    launch refused before that prints its one-line error alone). A run without torch (bandit,
+    MARL) has nothing to apply it to and logs it only at debug level."""
+    log.log(logging.INFO if apply(budget) else logging.DEBUG, "%s", budget.describe())
