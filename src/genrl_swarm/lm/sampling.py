@@ -56,6 +56,54 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor
     return torch.searchsorted(cdf, torch.minimum(u, torch.nextafter(total, torch.zeros_like(total))), right=True)
 
 
+# Candidates a nucleus is cut from before anything is sorted: sorting a 49k vocabulary for 64 rows
+# takes ~220 ms a step on one core, the top 256 ~12 ms. A row whose top candidates hold less than
+# top_p (+ NUCLEUS_SLACK, two float32 roundings of the running sum) is sorted in full instead.
+PRECUT = 256
+NUCLEUS_SLACK = 1e-6
+
+
+def _from_sorted(
+    sorted_probs: torch.Tensor, order: torch.Tensor, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw from the nucleus of rows given in descending order (``order`` maps rank -> token)."""
+    # Out: tokens whose predecessors already reach top_p (the token that crosses p stays; at an
+    # exact tie the prefix already holds p, so the next one is out, as in HF's TopPLogitsWarper).
+    outside = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+    rank = draw(sorted_probs, generator)
+    kept = sorted_probs.sum(-1, keepdim=True)
+    return order.gather(-1, rank).squeeze(-1), (sorted_probs.gather(-1, rank) / kept).squeeze(-1).log()
+
+
+def ranked(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows in descending order, equal probabilities by token id (so a draw does not depend on
+    how a sort happens to order ties)."""
+    return probs.sort(dim=-1, descending=True, stable=True)
+
+
+def nucleus(probs: torch.Tensor, top_p: float, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nucleus sampling without sorting the vocabulary: the nucleus of a row whose top
+    ``PRECUT`` tokens already hold ``top_p`` lies inside them (every later token's predecessors
+    hold more than ``top_p``), so only those are ranked; the other rows are sorted in full."""
+    k = min(PRECUT, probs.shape[-1])
+    if k == probs.shape[-1]:
+        return _from_sorted(*ranked(probs), top_p, generator)
+    order = probs.topk(k, -1).indices.sort(-1).values  # the candidates, by token id
+    top, by_value = probs.gather(-1, order).sort(dim=-1, descending=True, stable=True)
+    order = order.gather(-1, by_value)
+    short = top.sum(-1) < top_p + NUCLEUS_SLACK
+    if not bool(short.any()):
+        return _from_sorted(top, order, top_p, generator)
+    token = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
+    logp = torch.empty(probs.shape[0], dtype=torch.float32, device=probs.device)
+    cut = ~short
+    if bool(cut.any()):
+        token[cut], logp[cut] = _from_sorted(top[cut], order[cut], top_p, generator)
+    token[short], logp[short] = _from_sorted(*ranked(probs[short]), top_p, generator)
+    return token, logp
+
+
 def pick(
     logits: torch.Tensor, temperature: float, top_p: float, greedy: bool, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,14 +122,7 @@ def pick(
     if top_p >= 1.0:
         token = draw(probs, generator)
         return token.squeeze(-1), probs.gather(-1, token).squeeze(-1).log()
-    sorted_probs, order = probs.sort(-1, descending=True)
-    # Out: tokens whose predecessors already reach top_p (the token that crosses p stays; at an
-    # exact tie the prefix already holds p, so the next one is out, as in HF's TopPLogitsWarper).
-    outside = sorted_probs.cumsum(-1) - sorted_probs >= top_p
-    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-    rank = draw(sorted_probs, generator)
-    kept = sorted_probs.sum(-1, keepdim=True)
-    return order.gather(-1, rank).squeeze(-1), (sorted_probs.gather(-1, rank) / kept).squeeze(-1).log()
+    return nucleus(probs, top_p, generator)
 
 
 @torch.inference_mode()
