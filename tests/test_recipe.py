@@ -4,6 +4,7 @@ with one line that names the field."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,18 @@ def test_every_grpo_recipe_lists_the_trainer_group_and_others_add_it_with_plus()
         RecipeError, match=r"^Could not override 'trainer'\. No match in the defaults list\. To append to your default list use \+trainer=async_grpo$"
     ):
         load_recipe("bandit", ["trainer=async_grpo"])
+
+
+def test_an_unimportable_target_says_what_to_do(bandit_recipe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ours: its extra. A user's package not on the path: install it or PYTHONPATH=. (a console
+    script does not put the current directory on the path). A user's module that imports
+    something missing: that dependency, not the package, is named."""
+    assert error_of(bandit_recipe, "reward._target_=my_game.Reward").endswith(
+        "is 'my_game' importable? `pip install -e .` your project, or run with PYTHONPATH=. from the folder that holds it"
+    )
+    (tmp_path / "my_game").mkdir()
+    (tmp_path / "my_game" / "__init__.py").write_text("import not_installed_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert error_of(bandit_recipe, "reward._target_=my_game.Reward").endswith("my_game imports not_installed_dependency that is not installed")
+    monkeypatch.setitem(sys.modules, "genrl_swarm.games.nope", None)  # an optional module of ours that cannot import
+    assert "is its extra installed?" in error_of(bandit_recipe, "reward._target_=genrl_swarm.games.nope.Reward")

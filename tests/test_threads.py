@@ -87,6 +87,14 @@ def test_the_environment_variable_sets_the_budget(torch_threads: Any, bandit_rec
         run_recipe(bandit_recipe("game.max_rounds=1"), overwrite=True)
 
 
+def test_the_recipe_key_wins_over_the_environment(torch_threads: Any, bandit_recipe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, "3")
+    run_recipe(bandit_recipe("game.max_rounds=1", "run.threads=5"))
+    assert torch_threads.get_num_threads() == 5
+    with pytest.raises(RecipeError, match="run.threads"):
+        run_recipe(bandit_recipe("game.max_rounds=1", "run.threads=-1"), overwrite=True)
+
+
 def test_the_users_own_torch_setting_is_kept(torch_threads: Any, bandit_recipe: Any) -> None:
     torch_threads.set_num_threads(available_cores() + 3)  # not a count torch picks by itself
     run_recipe(bandit_recipe("game.max_rounds=1"))

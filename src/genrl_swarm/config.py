@@ -75,9 +75,15 @@ class RunConfig:
     tensorboard: bool = True
     console: bool = True
     plot: bool = True  # reward_curve.png in the run directory (needs matplotlib)
+    threads: int = 0  # torch threads per in-process peer; 0 = the budget of run/threads.py
 
     def __post_init__(self) -> None:
-        _require(self, checkpoint_every=(self.checkpoint_every >= 0, ">= 0"), keep_checkpoints=(self.keep_checkpoints >= 0, ">= 0"))
+        _require(
+            self,
+            checkpoint_every=(self.checkpoint_every >= 0, ">= 0"),
+            keep_checkpoints=(self.keep_checkpoints >= 0, ">= 0"),
+            threads=(self.threads >= 0, ">= 0"),
+        )
 
 
 @dataclass
@@ -279,6 +285,19 @@ def check_components(spec: Mapping[str, Any]) -> None:
         instantiate(spec["learner"], "learner", policy=policy)
 
 
+def import_hint(module_name: str, error: ImportError) -> str:
+    """What to do about a ``_target_`` that does not import. One of ours: its extra is missing.
+    A user's package that is not on the path: ``genrl-swarm`` is a console script, so the
+    current directory is not on ``sys.path`` as it is for ``python -m``. Anything else: the
+    module was found but imports something missing."""
+    missing = error.name or ""
+    if module_name.split(".")[0] == "genrl_swarm":
+        return "is its extra installed? (pip install 'genrl-swarm[<extra>]', see Install)"
+    if missing and (module_name == missing or module_name.startswith(missing + ".")):
+        return f"is {missing.split('.')[0]!r} importable? `pip install -e .` your project, or run with PYTHONPATH=. from the folder that holds it"
+    return f"{module_name} imports {missing or 'a module'} that is not installed"
+
+
 def import_target(target: Any, path: str) -> Any:
     """The object a ``_target_`` names; ``path`` is the recipe field that holds it."""
     if not isinstance(target, str) or "." not in target:
@@ -287,7 +306,7 @@ def import_target(target: Any, path: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise RecipeError(f"{path}: cannot import {module_name!r} ({e}); is its extra installed?") from e
+        raise RecipeError(f"{path}: cannot import {module_name!r} ({e}); {import_hint(module_name, e)}") from e
     try:
         return getattr(module, attr)
     except AttributeError as e:

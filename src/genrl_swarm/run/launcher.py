@@ -83,8 +83,8 @@ def build_managers(
         Path(run.dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RecipeError(f"run.dir: cannot create {run.dir}: {e.strerror or e}") from e
-    try:  # torch threads for each peer hosted here (run.threads once the run section has it)
-        budget = budget_for(comm_cls.peers_in_process(swarm.num_peers), getattr(run, "threads", 0))
+    try:  # torch threads for each peer hosted here
+        budget = budget_for(comm_cls.peers_in_process(swarm.num_peers), run.threads)
     except ValueError as e:
         raise RecipeError(str(e)) from e
     try:

@@ -16,7 +16,7 @@ with peers >= cores, one thread each. The sum can still exceed the cores by the 
 
 Where the number comes from, first match wins (:func:`thread_budget`):
 
-1. the recipe key ``run.threads`` (> 0), once the ``run`` section has that field;
+1. the recipe key ``run.threads`` (> 0);
 2. ``GENRL_SWARM_THREADS`` in the environment;
 3. ``OMP_NUM_THREADS`` in the environment (the user's: torch reads it too);
 4. a ``torch.set_num_threads(n)`` the user made before the launcher started (torch already
