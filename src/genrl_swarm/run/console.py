@@ -10,7 +10,6 @@ from typing import TextIO
 from genrl_swarm.core.game import GameManager
 from genrl_swarm.core.types import RoundResult
 
-
 SHORT = 12  # ids longer than this are shown as their first and last characters
 
 
