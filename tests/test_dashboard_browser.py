@@ -170,3 +170,19 @@ def test_100_peers_are_paged_and_their_curves_downsampled(browser: Browser, tmp_
         assert chart.get_attribute("data-series") == "10"
         page.fill("#peer-filter", "peer-04")
         assert len(texts(page, "#peers-body td[data-col=id]")) == 10
+
+
+def test_charts_without_data_are_hidden_or_say_no_data(browser: Browser, tmp_path: Path) -> None:
+    peer = tmp_path / "run" / "peer-0"
+    write_rows(peer / EVENTS_FILE, [{"t": 1.0, "kind": "start", "peer": "peer-0", "max_rounds": 3, "stages": 1}])
+    with Background(Hub(RunWatcher([tmp_path / "run"]), interval=0.05, min_push=0.05)) as url:
+        page = open_page(browser, url)
+        expect(page.locator("#reward-empty")).to_be_visible()
+        for hidden in ("#chart-reward", "#eval", "#times", "#marl", "#tasks"):
+            expect(page.locator(hidden)).to_be_hidden()
+        write_rows(peer / "metrics.jsonl", [{"round": r, "peer": "peer-0", "reward/own": r / 2, "reward/cumulative": r, "wins": 0} for r in range(2)])
+        expect(page.locator("#chart-reward")).to_have_attribute("data-points", "2", timeout=20_000)
+        expect(page.locator("#reward-empty")).to_be_hidden()
+        expect(page.locator("#eval")).to_be_hidden()  # an LM run without evaluation: no empty frame
+        expect(page.locator("#times")).to_be_hidden()
+        page.close()

@@ -46,3 +46,15 @@ def test_drop_kinds_read_as_words_and_are_not_repeated(tmp_path: Path) -> None:
         ("late", "no commitment before the deadline"),
         ("too slow to check", "checking took 3.1 s"),
     ]
+
+
+def test_charts_without_data_are_left_out(tmp_path: Path) -> None:
+    lm = tmp_path / "lm" / "peer-0"
+    write_rows(lm / "metrics.jsonl", [row("peer-0", r) for r in range(3)])  # no evaluation, no timings, no environment steps
+    curves = _snap([tmp_path / "lm"])["curves"]
+    assert {"eval", "times", "marl", "tasks"}.isdisjoint(curves) and curves["reward"]["peer-0"] == [0.0, 0.1, 0.2]
+    write_rows(lm / "metrics.jsonl", [row("peer-0", 3, **{"eval/reward": 0.5, "time/train": 1.0})])
+    curves = _snap([tmp_path / "lm"])["curves"]
+    assert curves["eval"]["peer-0"] == [None, None, None, 0.5] and curves["times"]["train"] == [None, None, None, 1.0]
+    write_rows(tmp_path / "new" / "peer-0" / EVENTS_FILE, [{"t": 1.0, "kind": "start", "peer": "peer-0", "max_rounds": 3}])
+    assert _snap([tmp_path / "new"])["curves"] == {"x": [], "reward": {"peer-0": []}, "swarm_mean": []}

@@ -46,9 +46,15 @@ function peerLines(curves: Record<string, Num[]>): Line[] {
 
 function drawCharts(s: Snapshot): void {
   const c = s.curves;
-  rewards.update(c.x, [...peerLines(c.reward), { label: "swarm mean", values: c.swarm_mean, color: "#222", dash: [6, 4], width: 2 }]);
-  evals.update(c.x, peerLines(c.eval));
-  times.update(c.x, [c.times.generate, c.times.exchange, c.times.train]);
+  // No empty frames: a chart without a value is hidden (evaluation, timings) or says "no data" (rewards).
+  const empty = c.x.length === 0;
+  byId("reward-empty").hidden = !empty;
+  byId("chart-reward").hidden = empty;
+  if (!empty) rewards.update(c.x, [...peerLines(c.reward), { label: "swarm mean", values: c.swarm_mean, color: "#222", dash: [6, 4], width: 2 }]);
+  byId("eval").hidden = !c.eval;
+  if (c.eval) evals.update(c.x, peerLines(c.eval));
+  byId("times").hidden = !c.times;
+  if (c.times) times.update(c.x, [c.times.generate, c.times.exchange, c.times.train]);
   byId("marl").hidden = !c.marl;
   if (c.marl) {
     const steps = c.marl.steps.map((v, i) => v ?? c.x[i]);

@@ -57,9 +57,9 @@ export interface Progress {
 export interface Curves {
   x: number[];
   reward: Record<string, Num[]>;
-  eval: Record<string, Num[]>;
+  eval?: Record<string, Num[]>; // absent: no peer evaluates (the chart is hidden, not drawn empty)
   swarm_mean: Num[];
-  times: { generate: Num[]; exchange: Num[]; train: Num[] };
+  times?: { generate: Num[]; exchange: Num[]; train: Num[] };
   marl?: { steps: Num[]; eval_return: Num[]; eval_std: Num[] };
   tasks?: Record<string, Num[]>;
 }

@@ -83,7 +83,7 @@ class Hub:
             keep = len(data["peers"]) * self.max_payload // len(payload) * 9 // 10
             data["peers"], data["truncated"] = peers[:keep], len(peers) - keep
             if len(payload := self._encode(data)) > self.max_payload and not keep:
-                data["curves"] = {"x": [], "reward": {}, "eval": {}, "swarm_mean": [], "times": {"generate": [], "exchange": [], "train": []}}
+                data["curves"] = {"x": [], "reward": {}, "swarm_mean": []}
                 data["incidents"] = data["leaderboard"] = []
                 payload = self._encode(data)
                 break

@@ -251,9 +251,16 @@ def curves(logs: Sequence[PeerLog], max_points: int) -> dict[str, Any]:
                 sums[r].append(v)
         return series({r: sum(v) / len(v) for r, v in sums.items()}, groups)
 
-    out: dict[str, Any] = {"x": [g[0] for g in groups], "reward": per_peer("reward/own"), "eval": per_peer("eval/reward")}
+    def has(key: str) -> bool:
+        return any(log.series.get(key) for log in logs)
+
+    # A chart with nothing to draw is left out (the page hides it) rather than sent as an empty frame.
+    out: dict[str, Any] = {"x": [g[0] for g in groups], "reward": per_peer("reward/own")}
+    if has("eval/reward"):
+        out["eval"] = per_peer("eval/reward")
     out["swarm_mean"] = mean_of("reward/swarm_mean")
-    out["times"] = {part: mean_of(f"time/{part}") for part in ("generate", "exchange", "train")}
+    if any(has(f"time/{part}") for part in ("generate", "exchange", "train")):
+        out["times"] = {part: mean_of(f"time/{part}") for part in ("generate", "exchange", "train")}
     if any("train/env_steps" in log.series for log in logs):
         out["marl"] = {"steps": mean_of("train/env_steps"), "eval_return": mean_of("eval/reward"), "eval_std": mean_of("eval/return_std")}
     tasks = sorted({k for log in logs for k in log.series if k.startswith(SUCCESS)})
