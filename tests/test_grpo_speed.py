@@ -71,7 +71,7 @@ def learner_grads(
     p.model = copy.deepcopy(policy.model).to(dtype)
     if fed is not None:
         p.model.get_decoder().register_forward_pre_hook(
-            lambda m, a, k: fed.extend((k.get("past_key_values") is None, row) for row in k["input_ids"].tolist()), with_kwargs=True
+            lambda m, a, k: fed.extend((k.get("past_key_values", k.get("cache")) is None, row) for row in k["input_ids"].tolist()), with_kwargs=True
         )
     learner = GRPOLearner(p, {"learning_rate": 0.0, "max_grad_norm": 1e9, "off_policy": "tis", **cfg})
     learner.train(GameState(0, "me"), scored(bodies))

@@ -243,3 +243,15 @@ def test_tiny_model_build_is_deterministic(tmp_path: Path) -> None:
     assert torch.equal(torch.get_rng_state(), rng) and torch.get_num_threads() == threads  # the caller's state is left alone
     for name in ("model.safetensors", "tokenizer.json", "config.json", "chat_template.jinja"):
         assert (tmp_path / name).read_bytes() == (cached / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("path", ["static-fp32", "dynamic-fp32", "hf-fp32"])
+def test_sampling_raises_no_deprecation_of_transformers(policy: LMPolicy, path: str) -> None:
+    """The KV cache goes by the name the installed transformers takes (``cache`` since 5.x):
+    the old name printed a FutureWarning on every decode step of every run."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught, sampling(policy, **PATHS[path][0]):
+        warnings.simplefilter("always")
+        policy.rollouts([Task.create(QUESTIONS[0]).input(0)])
+    assert not [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]

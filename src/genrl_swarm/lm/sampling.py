@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from genrl_swarm.core.interfaces import RunInterrupted
+from genrl_swarm.lm.hf_cache import cache_of, with_cache
 
 
 @dataclass
@@ -147,7 +148,7 @@ def sample(
     device = input_ids.device
     positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache, logits = out.past_key_values, out.logits[:, -1]
+    cache, logits = cache_of(out), out.logits[:, -1]
     next_pos = positions[:, -1:] + 1
     if n > 1:
         cache.batch_repeat_interleave(n)
@@ -177,7 +178,7 @@ def sample(
             cache.batch_select_indices(keep)
             rows, token, attention_mask, next_pos = rows[keep], token[keep], attention_mask[keep], next_pos[keep]
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=1)
-        out = model(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_pos, past_key_values=cache, use_cache=True)
+        out = model(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_pos, use_cache=True, **with_cache(model, cache))
         logits, next_pos = out.logits[:, -1], next_pos + 1
     return Sampled(ids, logprobs, lengths, stopped)
 

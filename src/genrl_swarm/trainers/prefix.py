@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import torch
 
+from genrl_swarm.lm.hf_cache import cache_of, with_cache
 from genrl_swarm.trainers.logprobs import fused_token_logps, plain_token_logps
 from genrl_swarm.trainers.precision import autocast
 
@@ -161,10 +162,11 @@ class SharedPrefixForward:
             prompt_mask = batch.prompt_mask[rows]
             positions = prompt_mask.sum(1, keepdim=True) + torch.arange(width - 1, device=device)
             mask = torch.cat([prompt_mask, torch.ones((n, width - 1), dtype=prompt_mask.dtype, device=device)], 1)
+            decoder = model.get_decoder()
             with autocast(self.dtype, device.type):
-                out = model.get_decoder()(
+                out = decoder(
                     input_ids=chunk.completion_ids[:, :-1], attention_mask=mask, position_ids=positions,
-                    past_key_values=cache, use_cache=True,
+                    use_cache=True, **with_cache(decoder, cache),
                 )  # fmt: skip
             states.append(out.last_hidden_state)
         hidden = torch.cat(states, dim=1)
@@ -176,7 +178,7 @@ class SharedPrefixForward:
         positions = (batch.prompt_mask.cumsum(1) - 1).clamp(min=0)
         with autocast(self.dtype, batch.prompt_ids.device.type):
             out = model.get_decoder()(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions, use_cache=True)
-        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        kv = [(layer.keys, layer.values) for layer in cache_of(out).layers]
         return out.last_hidden_state[:, -1:], kv
 
     @torch.no_grad()
