@@ -10,7 +10,7 @@ from typing import Any
 
 
 @cache
-def _name(model_type: type) -> str:
+def _name(model_type: Any) -> str:
     """The name ``model_type.forward`` declares; a wrapper that passes ``**kwargs`` on (PEFT, our
     eval-mode module) takes what this transformers version's models take."""
     params = inspect.signature(model_type.forward).parameters
@@ -29,4 +29,5 @@ def with_cache(model: Any, kv: Any) -> dict[str, Any]:
 
 def cache_of(out: Any) -> Any:
     """The KV cache a forward returned (``out.cache`` or ``out.past_key_values``)."""
-    return out["cache"] if "cache" in out else out.past_key_values
+    # not out.get("cache", out.past_key_values): reading the old name is what warns
+    return out["cache"] if "cache" in out else out.past_key_values  # noqa: SIM401
