@@ -19,7 +19,8 @@ def _name(model_type: Any) -> str:
             return name
     from transformers import LlamaForCausalLM
 
-    return _name(LlamaForCausalLM)
+    reference: Any = LlamaForCausalLM
+    return _name(reference)
 
 
 def with_cache(model: Any, kv: Any) -> dict[str, Any]:
