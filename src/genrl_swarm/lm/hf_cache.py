@@ -19,13 +19,13 @@ def _name(model_type: Any) -> str:
             return name
     from transformers import LlamaForCausalLM
 
-    reference: Any = LlamaForCausalLM
-    return _name(reference)
+    return _name(LlamaForCausalLM)
 
 
 def with_cache(model: Any, kv: Any) -> dict[str, Any]:
     """The keyword arguments that pass ``kv`` as ``model``'s KV cache."""
-    return {_name(type(model)): kv}
+    model_type: Any = type(model)
+    return {_name(model_type): kv}
 
 
 def cache_of(out: Any) -> Any:
