@@ -186,3 +186,33 @@ def test_charts_without_data_are_hidden_or_say_no_data(browser: Browser, tmp_pat
         expect(page.locator("#eval")).to_be_hidden()  # an LM run without evaluation: no empty frame
         expect(page.locator("#times")).to_be_hidden()
         page.close()
+
+
+def test_a_finished_run_is_not_shown_live_and_each_run_says_where_it_is(browser: Browser, tmp_path: Path) -> None:
+    old = 1_000_000_000.0  # 2001: long over
+    for name, rounds in (("alpha", 3), ("beta", 1)):
+        peer = tmp_path / name / "peer-0"
+        write_rows(peer / EVENTS_FILE, [{"t": old, "kind": "start", "peer": "peer-0", "max_rounds": 3, "stages": 1}])
+        write_rows(
+            peer / "metrics.jsonl", [{"round": r, "peer": "peer-0", "reward/own": 0.5, "reward/cumulative": r, "wins": 0} for r in range(rounds)]
+        )
+        for f in (peer / EVENTS_FILE, peer / "metrics.jsonl"):
+            os.utime(f, (old, old))
+    with Background(Hub(RunWatcher([tmp_path / "alpha"]), interval=0.05, min_push=0.05)) as url:
+        page = open_page(browser, url)
+        expect(page.locator("#connection")).to_have_text("finished")
+        assert page.locator("#connection").get_attribute("class") == "finished"
+        assert texts(page, "#run-states li") == []  # one run: the badge says it
+        page.close()
+    with Background(Hub(RunWatcher([tmp_path / "alpha", tmp_path / "beta"]), interval=0.05, min_push=0.05)) as url:
+        page = open_page(browser, url)
+        expect(page.locator("#connection")).to_have_text("stopped")
+        lines = texts(page, "#run-states li")
+        assert lines[0] == "run alpha: 3 of 3 rounds, finished"
+        assert lines[1].startswith("run beta: 1 of 3 rounds, stopped (no write for ") and lines[1].endswith(" h)"), lines
+        write_rows(
+            tmp_path / "beta" / "peer-0" / "metrics.jsonl", [{"round": 1, "peer": "peer-0", "reward/own": 0.5, "reward/cumulative": 1, "wins": 0}]
+        )
+        expect(page.locator("#connection")).to_have_text("live", timeout=20_000)  # beta writes again
+        expect(page.locator("#run-states li").nth(1)).to_have_text("run beta: 2 of 3 rounds, running")
+        page.close()

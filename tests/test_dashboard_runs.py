@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
+from genrl_swarm.dashboard.hub import Hub
 from genrl_swarm.dashboard.runs import RunWatcher
 from genrl_swarm.dashboard.view import snapshot
 from genrl_swarm.run.events import EVENTS_FILE
@@ -58,3 +61,39 @@ def test_charts_without_data_are_left_out(tmp_path: Path) -> None:
     assert curves["eval"]["peer-0"] == [None, None, None, 0.5] and curves["times"]["train"] == [None, None, None, 1.0]
     write_rows(tmp_path / "new" / "peer-0" / EVENTS_FILE, [{"t": 1.0, "kind": "start", "peer": "peer-0", "max_rounds": 3}])
     assert _snap([tmp_path / "new"])["curves"] == {"x": [], "reward": {"peer-0": []}, "swarm_mean": []}
+
+
+def _run(root: Path, name: str, rounds: int, planned: int, written: float | None = None) -> None:
+    peer = root / name / "peer-0"
+    write_rows(peer / EVENTS_FILE, [{"t": 1.0, "kind": "start", "peer": "peer-0", "max_rounds": planned, "stages": 1}])
+    write_rows(peer / "metrics.jsonl", [row("peer-0", r, **{"time/train": 1.0}) for r in range(rounds)])
+    if written is not None:
+        for f in (peer / EVENTS_FILE, peer / "metrics.jsonl"):
+            os.utime(f, (written, written))
+
+
+def test_a_run_that_did_its_rounds_is_finished_and_one_that_stopped_writing_is_stopped(tmp_path: Path) -> None:
+    old = time.time() - 3600
+    _run(tmp_path, "alpha", 3, 3, written=old)  # ended an hour ago, every round done
+    _run(tmp_path, "beta", 1, 3, written=old)  # stopped an hour ago in round 1
+    _run(tmp_path, "gamma", 1, 3)  # writing now
+    snap = _snap([tmp_path / "alpha", tmp_path / "beta", tmp_path / "gamma"])
+    states = {s["run"]: (s["state"], s["rounds_done"], s["max_rounds"]) for s in snap["run_states"]}
+    assert states == {"alpha": ("finished", 3, 3), "beta": ("stopped", 1, 3), "gamma": ("running", 1, 3)}
+    assert snap["state"] == "running"
+    assert _snap([tmp_path / "alpha"])["state"] == "finished" and _snap([tmp_path / "alpha", tmp_path / "beta"])["state"] == "stopped"
+    # A slow round is not a stop: five of the last round's seconds must pass first.
+    _run(tmp_path, "slow", 1, 3, written=time.time() - 200)
+    assert _snap([tmp_path / "slow"])["state"] == "stopped"
+    write_rows(tmp_path / "slow" / "peer-0" / "metrics.jsonl", [row("peer-0", 1, **{"time/train": 100.0})])
+    os.utime(tmp_path / "slow" / "peer-0" / "metrics.jsonl", (time.time() - 200, time.time() - 200))
+    assert _snap([tmp_path / "slow"])["state"] == "running"
+
+
+def test_the_hub_rebuilds_an_idle_run_so_it_can_turn_stopped(tmp_path: Path) -> None:
+    _run(tmp_path, "alpha", 1, 3)
+    hub = Hub(RunWatcher([tmp_path / "alpha"]), idle_rebuild=30.0)
+    assert hub.refresh(100.0)
+    hub.version = 1
+    assert not hub.refresh(110.0)  # nothing new
+    assert hub.refresh(131.0)  # but the page's clock and staleness move on

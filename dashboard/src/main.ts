@@ -8,7 +8,7 @@ import "./style.css";
 import { LineChart, StackedBars, type Line } from "./charts";
 import { byId, el } from "./dom";
 import { colorAt, colorOf } from "./format";
-import { drawIncidents, drawLeaderboard, drawProgress } from "./panels";
+import { drawIncidents, drawLeaderboard, drawProgress, drawRunStates } from "./panels";
 import { PeerTable } from "./table";
 import type { Num, Snapshot } from "./types";
 
@@ -78,6 +78,8 @@ function draw(s: Snapshot): void {
   last = s;
   byId("runs").textContent = s.runs.join(", ") || "(no run directory)";
   drawProgress(s.progress);
+  drawRunStates(s.run_states, s.time);
+  drawBadge();
   drawLeaderboard(s.leaderboard, s.chain);
   table.update(s.peers, s.time);
   drawCharts(s);
@@ -87,15 +89,32 @@ function draw(s: Snapshot): void {
   document.body.dataset.version = String(s.version);
 }
 
+let connected = false;
+
+// "live" only while the stream is open and a run is still writing: a run that did its rounds
+// reads "finished", one that stopped writing before that "stopped".
+function drawBadge(): void {
+  const state = byId("connection");
+  if (!connected) {
+    state.textContent = "reconnecting…";
+    state.className = "down";
+  } else if (last && last.state !== "running") {
+    state.textContent = last.state;
+    state.className = last.state;
+  } else {
+    state.textContent = "live";
+    state.className = "live";
+  }
+}
+
 function connect(): void {
   const params = new URLSearchParams(location.search);
   const token = params.get("token");
   if (token !== null) history.replaceState(null, "", location.pathname);
   const source = new EventSource("api/events" + (token ? `?token=${encodeURIComponent(token)}` : ""));
-  const state = byId("connection");
-  source.addEventListener("open", () => { state.textContent = "live"; state.className = "live"; });
-  source.addEventListener("error", () => { state.textContent = "reconnecting…"; state.className = "down"; });
-  source.addEventListener("snapshot", (event) => draw(JSON.parse((event as MessageEvent<string>).data) as Snapshot));
+  source.addEventListener("open", () => { connected = true; drawBadge(); });
+  source.addEventListener("error", () => { connected = false; drawBadge(); });
+  source.addEventListener("snapshot", (event) => { connected = true; draw(JSON.parse((event as MessageEvent<string>).data) as Snapshot); });
 }
 
 connect();

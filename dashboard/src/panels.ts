@@ -2,7 +2,7 @@
 
 import { byId, el } from "./dom";
 import { ago, fixed } from "./format";
-import type { Chain, Incident, Progress, Standing } from "./types";
+import type { Chain, Incident, Progress, RunState, Standing } from "./types";
 
 export function drawProgress(p: Progress): void {
   const total = p.max_rounds;
@@ -13,6 +13,16 @@ export function drawProgress(p: Progress): void {
   bar.style.width = total ? `${Math.min(100, (100 * done) / total).toFixed(1)}%` : "100%";
   const spread = p.peers_at.map(([round, n]) => `round ${round}: ${n}`).join(" · ");
   byId("progress-spread").textContent = spread ? `peers at ${spread}` : "no peers yet";
+}
+
+// One line per run when several are watched: "run alpha: 3 of 3 rounds, finished".
+export function drawRunStates(states: RunState[], now: number): void {
+  const lines = states.length < 2 ? [] : states.map((r) => {
+    const rounds = r.max_rounds ? `${Math.min(r.rounds_done, r.max_rounds)} of ${r.max_rounds} rounds` : `${r.rounds_done} rounds`;
+    const state = r.state === "stopped" ? `stopped (no write for ${ago(r.last_write, now).replace(/ ago$/, "")})` : r.state;
+    return el("li", { class: `run-state ${r.state}`, "data-run": r.run }, `run ${r.run}: ${rounds}, ${state}`);
+  });
+  byId("run-states").replaceChildren(...lines);
 }
 
 function standingsTable(rows: Standing[], chain: boolean): HTMLTableElement {

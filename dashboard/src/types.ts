@@ -74,10 +74,20 @@ export interface Incident {
   reason: string;
 }
 
+export interface RunState {
+  run: string;
+  state: "running" | "stopped" | "finished";
+  rounds_done: number;
+  max_rounds: number | null;
+  last_write: Num;
+}
+
 export interface Snapshot {
   version: number;
   time: number;
   runs: string[];
+  run_states: RunState[];
+  state: "running" | "stopped" | "finished";
   peers: PeerRow[];
   leaderboard: Standing[];
   chain: Chain | null;

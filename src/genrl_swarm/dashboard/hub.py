@@ -37,6 +37,7 @@ class Hub:
     interval: float = 0.5
     remote_interval: float = 5.0
     min_push: float = 1.0
+    idle_rebuild: float = 30.0  # seconds: rebuilt this often even when nothing changed, so a run that stopped writing reads as stopped
     max_payload: int = MAX_PAYLOAD
     version: int = 0
     payload: bytes = b"{}"
@@ -44,6 +45,7 @@ class Hub:
     _statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     _status_errors: list[str] = field(default_factory=list)
     _remote_at: float = float("-inf")
+    _rebuilt_at: float = float("-inf")
     _changed: asyncio.Event | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     closing: bool = False
@@ -59,6 +61,8 @@ class Hub:
             if self.status is not None:
                 self._statuses, self._status_errors = self.status.read()
             changed = True
+        if changed or now - self._rebuilt_at >= self.idle_rebuild:
+            self._rebuilt_at, changed = now, True
         return changed or self.version == 0
 
     def build(self) -> bytes:

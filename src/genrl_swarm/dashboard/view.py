@@ -7,6 +7,7 @@ as text only. Values that are not finite numbers are ignored rather than trusted
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from genrl_swarm.run.events import clip
 
 PEER_REWARD = "reward/peer/"
 VALUE_BUDGET = 60_000  # numbers per chart across all its series; a peer's curve gets a share
+STALE_S = 120.0  # seconds without a write before an unfinished run reads as stopped (at least)
 MAX_REMOTE_PEERS = 256  # peers in the table only because others saw them: the most dropped first
 
 
@@ -234,6 +236,43 @@ def progress(logs: Sequence[PeerLog]) -> dict[str, Any]:
     }
 
 
+def _stale_after(logs: Sequence[PeerLog]) -> float:
+    """Seconds without a write after which a run that has not done its rounds counts as stopped:
+    STALE_S, or five of its slowest peer's last round (a long LM round is not a stop)."""
+    seconds = [sum(v for v in timings(log.last).values() if v is not None) for log in logs]
+    return max(STALE_S, 5 * max(seconds, default=0.0))
+
+
+def run_states(logs: Sequence[PeerLog], now: float) -> list[dict[str, Any]]:
+    """Per watched run: ``finished`` (every peer did its planned rounds: the run writes no end
+    event, so the rows are the proof), ``stopped`` (no write for ``_stale_after`` seconds before
+    that) or ``running``; with the rounds every peer has done and the planned rounds."""
+    by_run: defaultdict[str, list[PeerLog]] = defaultdict(list)
+    for log in logs:
+        by_run[log.run].append(log)
+    out = []
+    for run, members in sorted(by_run.items()):
+        planned = [count(log.start.get("max_rounds"), MAX_ROUND) for log in members]
+        done = [log.last_round + 1 if log.last_round is not None else 0 for log in members]
+        last_write = max(log.last_seen for log in members)
+        if all(m is not None and d >= m for m, d in zip(planned, done, strict=True)):
+            state = "finished"
+        elif last_write and now - last_write > _stale_after(members):
+            state = "stopped"
+        else:
+            state = "running"
+        total = max((m for m in planned if m is not None), default=None)
+        out.append({"run": clip(run), "state": state, "rounds_done": min(done), "max_rounds": total, "last_write": round(last_write, 3) or None})
+    return out
+
+
+def overall(states: Sequence[Mapping[str, Any]]) -> str:
+    """The badge: ``finished`` when every run is, ``stopped`` when none is running, else ``running``."""
+    if not states or any(s["state"] == "running" for s in states):
+        return "running"
+    return "finished" if all(s["state"] == "finished" for s in states) else "stopped"
+
+
 def curves(logs: Sequence[PeerLog], max_points: int) -> dict[str, Any]:
     """Per-peer reward and evaluation, the mean time split per round, MARL returns, task success."""
     rounds = sorted({r for log in logs for r in log.rows})
@@ -295,10 +334,14 @@ def snapshot(
     statuses: Mapping[str, Mapping[str, Any]] | None = None,
     chain: Mapping[str, Any] | None = None,
     runs: Sequence[str] = (),
+    now: float | None = None,
 ) -> dict[str, Any]:
     omitted: list[int] = []
+    states = run_states(logs, time.time() if now is None else now)
     return {
         "runs": list(runs),
+        "run_states": states,
+        "state": overall(states),
         "peers": peer_rows(logs, statuses or {}, omitted),
         "peers_omitted": sum(omitted),
         "dropped_other": sum(log.dropped_other for log in logs),  # drops of senders past runs.MAX_KEYS per observer
