@@ -48,3 +48,17 @@ def test_streams_differ_and_a_prefix_is_stable() -> None:
     held = heldout_seeds("calculator-1", 64, 42)
     assert heldout_seeds("calculator-1", 16, 42) == held[:16]  # more episodes extend the same set
     assert not set(heldout_seeds("calculator-1", 16, 42, stream="other")) & set(held[:16])
+
+
+def test_report_prints_before_then_each_peer_after(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from genrl_swarm.games.agent.report import heldout_table
+
+    assert heldout_table(tmp_path) is None
+    row = {"kind": "calculator-1", "n": 32, "success": 0.0, "call": 0.25, "answer": 1.0, "turns": 2.0}
+    for label, success in (("peer-1", 0.5), ("before", 0.0), ("peer-0", 0.125)):
+        (tmp_path / f"heldout_{label}.json").write_text(json.dumps({"wall_s": 177.5, "scores": [row | {"success": success}]}))
+    lines = heldout_table(tmp_path).splitlines()  # type: ignore[union-attr]
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| before", "| peer-0", "| peer-1"]
+    assert lines[3] == "| peer-0 | calculator-1 | 32 | 0.125 | 0.250 | 1.000 | 178s |"

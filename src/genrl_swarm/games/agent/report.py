@@ -1,12 +1,15 @@
 """The per-task reward table and curve of an agent run, from its peers' metrics.jsonl.
 
 Usage: ``python -m genrl_swarm.games.agent.report runs/demo-agent`` prints one row per round and
-peer (mean reward and model turns per task kind, as the learner logged them: ``agent/<kind>/...``)
-and writes ``<run dir>/agent_reward_curve.png`` (when matplotlib is installed).
+peer (mean reward and model turns per task kind, as the learner logged them: ``agent/<kind>/...``),
+then the held-out results that ``benchmarks/bench_agent_demo.py --json <run dir>/heldout_<label>.json``
+wrote there (``before``, then each peer's ``after``: success, parsable calls), and writes
+``<run dir>/agent_reward_curve.png`` (when matplotlib is installed).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,21 @@ def table(run_dir: Path) -> str:
         cells = [str(row["round"] + 1), str(row["peer"])]
         cells += [_num(row.get(f"agent/{k}/reward")) for k in kinds] + [_num(row.get(f"agent/{k}/turns"), 1) for k in kinds]
         lines.append(" | ".join([*cells, str(int(row.get("train/sequences", 0)))]))
+    return "\n".join(f"| {line} |" for line in lines)
+
+
+def heldout_table(run_dir: Path) -> str | None:
+    """One row per held-out result file and task kind (``before`` first), or None without any."""
+    paths = sorted(run_dir.glob("heldout_*.json"), key=lambda p: (p.stem != "heldout_before", p.stem))
+    if not paths:
+        return None
+    head = ["held-out", "task", "N", "success", "parsable call", "answer", "wall"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for path in paths:
+        result = json.loads(path.read_text())
+        for s in result.get("scores", []):
+            cells = [path.stem.removeprefix("heldout_"), str(s["kind"]), str(s["n"]), _num(s["success"]), _num(s["call"]), _num(s["answer"])]
+            lines.append(" | ".join([*cells, f"{float(result.get('wall_s', 0.0)):.0f}s"]))
     return "\n".join(f"| {line} |" for line in lines)
 
 
@@ -59,6 +77,9 @@ def plot(run_dir: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     run_dir = Path((argv if argv is not None else sys.argv[1:] or ["runs/demo-agent"])[0])
     print(table(run_dir))
+    heldout = heldout_table(run_dir)
+    if heldout:
+        print(heldout)
     out = plot(run_dir)
     print(f"reward curve per task: {out}" if out else "no curve (matplotlib missing or no rows)")
     return 0
