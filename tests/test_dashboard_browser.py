@@ -216,3 +216,30 @@ def test_a_finished_run_is_not_shown_live_and_each_run_says_where_it_is(browser:
         expect(page.locator("#connection")).to_have_text("live", timeout=20_000)  # beta writes again
         expect(page.locator("#run-states li").nth(1)).to_have_text("run beta: 2 of 3 rounds, running")
         page.close()
+
+
+def test_the_metric_picker_plots_any_logged_key_for_two_runs_apart(browser: Browser, tmp_path: Path) -> None:
+    from test_dashboard_metrics import game_row, two_runs
+
+    evil_key = f"zz/{EVIL}"  # a key is a peer's text too
+    runs = two_runs(tmp_path)
+    write_rows(runs[0] / "peer-0" / "metrics.jsonl", [game_row("peer-0", 4, 4, **{evil_key: 1.0})])
+    with Background(Hub(RunWatcher(runs), interval=0.05, min_push=0.05)) as url:
+        page = open_page(browser, url)
+        expect(page.locator("#metric")).to_be_visible()
+        options = texts(page, "#metric-pick option")
+        assert {"game/score", "train/loss", "reward/own", evil_key} <= set(options) and "dropped/peer-0" not in options
+        chart = page.locator("#chart-metric")
+        expect(chart).to_have_attribute("data-key", "game/score", timeout=20_000)  # the first key no other chart shows
+        assert page.locator("#metric-pick").input_value() == "game/score"
+        assert json.loads(chart.get_attribute("data-lines") or "[]") == ["alpha mean", "alpha/peer-0", "alpha/peer-1", "beta mean", "beta/peer-0"]
+        assert (chart.get_attribute("data-points"), chart.get_attribute("data-series")) == ("5", "5")  # rounds 0-4; 3 peers + 2 runs' means
+        page.select_option("#metric-pick", "train/loss")
+        expect(chart).to_have_attribute("data-key", "train/loss", timeout=20_000)
+        write_rows(runs[1] / "peer-0" / "metrics.jsonl", [game_row("peer-0", r, 0) for r in (5, 6)])
+        expect(chart).to_have_attribute("data-points", "7", timeout=20_000)  # the picked key follows the run live
+        page.select_option("#metric-pick", evil_key)
+        expect(chart).to_have_attribute("data-key", evil_key, timeout=20_000)
+        assert json.loads(chart.get_attribute("data-lines") or "[]") == ["alpha mean", "alpha/peer-0"]
+        assert page.evaluate("window.__pwned") is None and page.evaluate("document.querySelectorAll('main img').length") == 0
+        page.close()

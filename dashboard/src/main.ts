@@ -9,6 +9,7 @@ import { LineChart, StackedBars, type Line } from "./charts";
 import { byId, el } from "./dom";
 import { colorAt, colorOf } from "./format";
 import { drawIncidents, drawLeaderboard, drawProgress, drawRunStates } from "./panels";
+import { MetricPicker } from "./picker";
 import { PeerTable } from "./table";
 import type { Num, Snapshot } from "./types";
 
@@ -23,6 +24,7 @@ const evals = new LineChart(byId("chart-eval"), "eval reward");
 const times = new StackedBars(byId("chart-times"), ["generate", "exchange", "train"], ["#4e79a7", "#f28e2b", "#59a14f"]);
 const marl = new LineChart(byId("chart-marl"), "return", "environment steps");
 const tasks = new LineChart(byId("chart-tasks"), "success rate");
+const metric = new MetricPicker(peerLines);
 
 function toggle(id: string): void {
   if (!picked) {
@@ -32,6 +34,7 @@ function toggle(id: string): void {
   if (selected.has(id)) selected.delete(id);
   else selected.add(id);
   if (last) drawCharts(last);
+  metric.draw();
 }
 
 function shownPeers(): string[] {
@@ -83,6 +86,7 @@ function draw(s: Snapshot): void {
   drawLeaderboard(s.leaderboard, s.chain);
   table.update(s.peers, s.time);
   drawCharts(s);
+  metric.update(s.metrics ?? [], s.version);
   drawIncidents(s.incidents, s.time);
   byId("status-errors").replaceChildren(...s.status_errors.map((e) => el("li", {}, e)));
   byId("updated").textContent = `updated ${new Date(s.time * 1000).toLocaleTimeString()}`;

@@ -95,4 +95,14 @@ export interface Snapshot {
   curves: Curves;
   incidents: Incident[];
   status_errors: string[];
+  metrics: string[]; // numeric keys the peers log: the metric picker's choices (their curves: api/metric?key=)
+}
+
+// api/metric?key=...: one key per peer (named as in the snapshot) and its mean per run.
+export interface MetricCurves {
+  key: string;
+  x: number[];
+  peers: Record<string, Num[]>;
+  means: Record<string, Num[]>; // "swarm mean", or "<run> mean" per run when several are watched
+  version: number;
 }

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from genrl_swarm.dashboard.chain import ChainStandings
+from genrl_swarm.dashboard.metric import metric_curves, metric_keys, valid_key
 from genrl_swarm.dashboard.runs import RunWatcher
 from genrl_swarm.dashboard.status import StatusPoller
 from genrl_swarm.dashboard.view import snapshot
@@ -50,10 +52,14 @@ class Hub:
     _loop: asyncio.AbstractEventLoop | None = None
     closing: bool = False
     _failures: set[str] = field(default_factory=set)  # kinds of refresh failure already logged
+    metric_names: frozenset[str] = frozenset()  # the keys the last snapshot offered the metric picker
+    _metric_cache: dict[str, tuple[int, bytes]] = field(default_factory=dict)  # key -> (version, payload)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the logs: polled, snapshotted and asked for a metric from threads
 
     def refresh(self, now: float) -> bool:
         """One poll of every source (blocking); True when the snapshot must be rebuilt."""
-        changed = self.runs.poll()
+        with self._lock:
+            changed = self.runs.poll()
         if now - self._remote_at >= self.remote_interval and (self.chain or self.status):
             self._remote_at = now
             if self.chain is not None:
@@ -68,7 +74,13 @@ class Hub:
     def build(self) -> bytes:
         """The snapshot, encoded; over ``max_payload`` bytes it is rebuilt with half the curve
         points (down to 16), then the peer table is cut (``truncated``: the peers left out)."""
+        with self._lock:
+            return self._build()
+
+    def _build(self) -> bytes:
         points = self.max_points
+        keys = metric_keys(list(self.runs.peers.values()))
+        self.metric_names = frozenset(keys)
         while True:
             data = snapshot(
                 list(self.runs.peers.values()),
@@ -77,7 +89,7 @@ class Hub:
                 chain=self._chain_state,
                 runs=[str(p) for p in self.runs.run_dirs],
             )
-            data |= {"version": self.version + 1, "time": round(time.time(), 3), "status_errors": self._status_errors}
+            data |= {"version": self.version + 1, "time": round(time.time(), 3), "status_errors": self._status_errors, "metrics": keys}
             payload = self._encode(data)
             if len(payload) <= self.max_payload or points <= 16:
                 break
@@ -91,6 +103,22 @@ class Hub:
                 data["incidents"] = data["leaderboard"] = []
                 payload = self._encode(data)
                 break
+        return payload
+
+    def metric(self, key: str) -> bytes | None:
+        """One metric's curves (``metric.metric_curves``), encoded; None when ``key`` is not one
+        the snapshot listed. Computed at most once per snapshot version and key (blocking)."""
+        if not valid_key(key, self.metric_names):
+            return None
+        version = self.version
+        cached = self._metric_cache.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        with self._lock:
+            payload = self._encode(metric_curves(list(self.runs.peers.values()), key, self.max_points) | {"version": version})
+        if len(self._metric_cache) >= 32:
+            self._metric_cache.clear()
+        self._metric_cache[key] = (version, payload)
         return payload
 
     @staticmethod

@@ -31,6 +31,13 @@ MAX_STAGES = 1000
 OTHER_DROPS = "_dropped_other"  # in a kept row: the drops of senders past MAX_KEYS, summed
 KEPT = frozenset(CURVES) | {"reward/cumulative", "wins", "trust/quarantined"}
 CAPPED = ("time/", "trust/", "reward/peer/")
+# The metric picker: any other numeric key a peer logs (a game's own metrics) is kept too, for
+# MAX_METRICS distinct keys per peer (the first seen); a key longer than MAX_KEY_LEN is not kept
+# (never cut: two cut keys would merge). The per-sender families are not offered (the table shows them).
+MAX_METRICS = 128
+MAX_PICKABLE = 512  # keys offered per peer (time/ and trust/ per-stage keys included)
+MAX_KEY_LEN = 120
+NOT_PICKABLE = (DROPPED, "reward/peer/")
 
 
 def num(value: Any) -> float | None:
@@ -94,6 +101,8 @@ class PeerLog:
     )  # sender -> its bodies this peer dropped (MAX_KEYS senders)
     dropped_other: float = 0.0  # bodies of the senders past MAX_KEYS
     _success: set[str] = field(default_factory=set)  # the success/ keys given a curve (MAX_KEYS)
+    _other: set[str] = field(default_factory=set)  # the other numeric keys kept, for the picker (MAX_METRICS)
+    pickable: set[str] = field(default_factory=set)  # keys the metric picker offers: seen in a kept row (bounded by what _trim keeps)
 
     last_round: int | None = None  # the latest round with a row
 
@@ -122,6 +131,8 @@ class PeerLog:
             self.dropped_by.clear()
             self.dropped_other = 0.0
             self._success.clear()
+            self._other.clear()
+            self.pickable.clear()
             self.last_round = None
         for raw in rows:
             if count(raw.get("round")) is not None:
@@ -165,8 +176,12 @@ class PeerLog:
                     out[key] = n
             elif key in KEPT:
                 out[key] = n
-            elif (prefix := next((p for p in CAPPED if key.startswith(p)), None)) and per_prefix.get(prefix, 0) < MAX_KEYS:
-                per_prefix[prefix] = per_prefix.get(prefix, 0) + 1
+            elif prefix := next((p for p in CAPPED if key.startswith(p)), None):
+                if per_prefix.get(prefix, 0) < MAX_KEYS:
+                    per_prefix[prefix] = per_prefix.get(prefix, 0) + 1
+                    out[key] = n
+            elif key != "round" and len(key) <= MAX_KEY_LEN and (key in self._other or len(self._other) < MAX_METRICS):
+                self._other.add(key)
                 out[key] = n
         if other:
             out[OTHER_DROPS] = other
@@ -174,6 +189,9 @@ class PeerLog:
 
     def _index(self, row: dict[str, Any], sign: int) -> None:
         r = row["round"]
+        if sign > 0 and len(self.pickable) < MAX_PICKABLE:
+            new = [k for k in row if k not in self.pickable and k not in ("round", "peer", OTHER_DROPS)]
+            self.pickable.update([k for k in new if len(k) <= MAX_KEY_LEN and not k.startswith(NOT_PICKABLE)][: MAX_PICKABLE - len(self.pickable)])
         for key, value in row.items():
             if key.startswith(DROPPED):
                 self.dropped_by[key[len(DROPPED) :]] += sign * value

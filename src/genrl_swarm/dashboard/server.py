@@ -1,7 +1,8 @@
 """The Starlette app: the page, its assets, the snapshot as JSON and as a server-sent event stream.
 
 Routes: ``/`` (the built page), ``/assets/...`` (its script and style), ``/api/snapshot``
-(the current snapshot, for scripts and tests) and ``/api/events`` (``text/event-stream``: the
+(the current snapshot, for scripts and tests), ``/api/metric?key=K`` (one of the snapshot's
+``metrics`` keys: its curves per peer and per run's mean; any other key is a 404) and ``/api/events`` (``text/event-stream``: the
 snapshot now and after every change; the page never reloads). Every route is behind ``Guard``.
 At most ``max_streams`` event streams are open at once, so idle tabs cannot exhaust the server.
 """
@@ -38,6 +39,13 @@ def create_app(hub: Hub, token: str | None = None, loopback_only: bool = True, m
     async def current(request: Request) -> Response:
         return Response(hub.payload, media_type="application/json", headers=NO_STORE)
 
+    async def metric(request: Request) -> Response:
+        key = request.query_params.get("key", "")
+        payload = await asyncio.to_thread(hub.metric, key)
+        if payload is None:
+            return PlainTextResponse("unknown metric: pick one of the snapshot's metrics", status_code=404, headers=NO_STORE)
+        return Response(payload, media_type="application/json", headers=NO_STORE)
+
     async def events(scope: Scope, receive: Receive, send: Send) -> None:
         """An ASGI app rather than a handler: the count must drop however the stream ends."""
         nonlocal streams
@@ -67,6 +75,7 @@ def create_app(hub: Hub, token: str | None = None, loopback_only: bool = True, m
     routes = [
         Route("/", index),
         Route("/api/snapshot", current),
+        Route("/api/metric", metric),
         Route("/api/events", _Asgi(events)),
         Mount("/assets", StaticFiles(directory=STATIC / "assets"), name="assets"),
     ]
