@@ -248,8 +248,9 @@ class Trajectory(Body, frozen=True, tag="trajectory"):
 B = TypeVar("B", bound=Body)
 
 
-#: Earlier-stage payloads a later-stage input may be built from (the prompt's answer list is bounded too).
-MAX_BASIS = 64
+#: Earlier-stage payloads a later-stage input may be built from: game.max_sources senders x the
+#: earlier stages (GameConfig keeps every honest config within it: 16 sources, up to 17 stages).
+MAX_BASIS = 256
 #: Signed commitments one payload may carry as evidence of others' equivocation (pairs).
 MAX_EVIDENCE = 16
 #: A signed commitment record and its signature (comm.codec.MAX_RECORD_BYTES plus framing).

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
-from genrl_swarm.core.bodies import Body
+from genrl_swarm.core.bodies import MAX_BASIS, Body
 from genrl_swarm.core.interfaces import (
     Communication,
     Coordinator,
@@ -65,6 +65,13 @@ class GameConfig:
         ):
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
+        # A later-stage payload names its sources' payloads of every earlier stage; receivers
+        # refuse (and quarantine) an envelope naming more than MAX_BASIS, so no honest config may.
+        if self.max_sources * (self.num_stages - 1) > MAX_BASIS:
+            raise ValueError(
+                f"max_sources x (num_stages - 1) must be <= {MAX_BASIS} (the payloads a later-stage payload may name), "
+                f"got {self.max_sources} x {self.num_stages - 1}; lower max_sources"
+            )
 
 
 @dataclass
@@ -198,6 +205,13 @@ class GameManager:
         for peer in [p for p in received if p != self.peer_id]:
             refs = exchange.bases.get(peer, ())
             if refs == basis:
+                continue
+            if len({r.sender for r in refs}) > self.config.max_sources:  # the game's rule, checked alike everywhere
+                state.drops.append(
+                    Drop(peer, s, None, f"built its inputs from more than game.max_sources={self.config.max_sources} senders", DropKind.REFUSED)
+                )
+                del received[peer]
+                state.sources[s].pop(peer, None)
                 continue
             if refs not in cache:
                 cache[refs] = self._inputs_from(state, s, refs)

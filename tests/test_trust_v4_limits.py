@@ -1,0 +1,54 @@
+"""Found by a hostile review: a valid-looking config made every honest peer quarantine every
+other (a later-stage payload named more earlier payloads than receivers decode), and a sender
+could name more sources than ``game.max_sources`` and have receivers rebuild a longer prompt."""
+
+from __future__ import annotations
+
+import pytest
+
+from genrl_swarm.core import GameConfig
+from genrl_swarm.core.bodies import MAX_BASIS
+
+
+def test_a_config_whose_basis_receivers_would_refuse_is_refused_at_start() -> None:
+    GameConfig(num_stages=17, max_sources=16)  # 256 earlier payloads: decodable
+    with pytest.raises(ValueError, match=r"max_sources x \(num_stages - 1\) must be <= 256"):
+        GameConfig(num_stages=6, max_sources=64)
+    assert MAX_BASIS >= 16 * 5  # the default max_sources with six stages (before: 64, every peer quarantined)
+
+
+def test_a_basis_naming_more_senders_than_max_sources_is_refused_not_rebuilt() -> None:
+    """Every honest peer checks the same game rule: the body is refused (counted, soft), and no
+    prompt with 64 senders' answers is built for it."""
+    import hashlib
+
+    from genrl_swarm.comm import InMemoryBackend
+    from genrl_swarm.coord import LocalCoordinator
+    from genrl_swarm.core import GameManager, GameState
+    from genrl_swarm.core.interfaces import ExchangeResult
+    from genrl_swarm.core.types import DropKind, Ref
+    from genrl_swarm.games.multistage_math import MultistageReward
+    from test_trust_v4_views import Questions, Scripted, msm
+
+    from helpers import echo
+
+    (comm,) = InMemoryBackend.spawn(1)
+    manager = GameManager(msm(), MultistageReward(), Scripted(), None, comm, LocalCoordinator(), GameConfig(num_stages=3))
+    state = GameState(0, comm.peer_id)
+    state.set_tasks(Questions().round_tasks(0))
+    inputs = msm().stage_inputs(state, 0)
+    received = {f"peer-{i:03d}": [echo(x, f"<answer>{i}</answer>") for x in inputs] for i in range(80)}
+    received[comm.peer_id] = [echo(x, "<answer>3</answer>") for x in inputs]
+    state.record(0, inputs, received, derive=Scripted().texts)
+    state.sources[0] = {p: hashlib.sha256(p.encode()).hexdigest() for p in received}
+    mine, basis = manager._stage_inputs(state, 1)
+    honest, hostile = "peer-001", "peer-079"
+    wide = tuple(sorted(Ref(0, p, d) for p, d in list(state.sources[0].items())[:64]))
+    narrow = tuple(sorted(Ref(0, p, d) for p, d in list(state.sources[0].items())[:16]))  # another view, within the rule
+    later = {peer: tuple(echo(i, "Choice: Student #1") for i in mine) for peer in (honest, hostile)}
+    state.sources[1] = dict.fromkeys(later, "00")
+    rebuilt = manager._rebuild(state, 1, basis, ExchangeResult(dict(later), {}, 3, bases={hostile: wide, honest: narrow}), later)
+    assert hostile not in rebuilt and hostile not in later  # before: rebuilt with 64 students in its prompt
+    assert len(rebuilt[honest][mine[0].task_id].context["students"]) == 16
+    (drop,) = [d for d in state.drops if d.peer_id == hostile]
+    assert drop.kind is DropKind.REFUSED and "game.max_sources=16" in drop.reason
