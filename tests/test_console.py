@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import threading
+from types import SimpleNamespace
+from typing import Any
 
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.console import ConsoleTable, short_ids
@@ -28,3 +31,119 @@ def test_the_table_prints_short_ids_for_columns_and_the_winner() -> None:
     labels = short_ids([A, B])
     assert labels[A] in text.splitlines()[0] and labels[B] in text.splitlines()[0]
     assert labels[B] in text.splitlines()[1]  # the winner, as its column reads
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_peer(peer: str, stages: int = 2, start_round: int = 0) -> Any:
+    from genrl_swarm.core.game import GameConfig, Hooks
+
+    return SimpleNamespace(peer_id=peer, config=GameConfig(num_stages=stages), hooks=Hooks(), start_round=start_round)
+
+
+def result(peer: str, r: int) -> RoundResult:
+    return RoundResult(round=r, peer_id=peer, rewards={peer: 0.5}, winners=(peer,))
+
+
+def test_a_long_round_gets_a_progress_line_saying_what_each_peer_does() -> None:
+    out, clock = io.StringIO(), Clock()
+    table = ConsoleTable(["peer-0", "peer-1"], max_rounds=3, stream=out, after=10, every=30, clock=clock)
+    a, b = fake_peer("peer-0"), fake_peer("peer-1")
+    table.attach(a)
+    table.attach(b)
+    table.start(ticking=False)
+    clock.now = 5.0
+    table.progress(clock.now)
+    assert out.getvalue() == ""  # a short round says nothing
+    a.hooks.after_stage[0](a, SimpleNamespace(round=0), 0, None)
+    b.hooks.after_rewards[0](b, SimpleNamespace(round=0), None)
+    clock.now = 12.0
+    table.progress(clock.now)
+    assert out.getvalue() == "  round 1/3, 12s in: peer-0 generating stage 2/2, peer-1 training\n"
+    table.progress(20.0)
+    assert out.getvalue().count("\n") == 1  # a file gets one line per `every` seconds, not one per tick
+    clock.now = 45.0
+    a.hooks.after_round[0](a, result("peer-0", 0))
+    table.progress(clock.now)
+    assert out.getvalue().splitlines()[-1] == "  round 1/3, 45s in: peer-1 training; 1 of 2 done"
+    b.hooks.after_round[0](b, result("peer-1", 0))  # the row; the next round's clock starts here
+    assert out.getvalue().splitlines()[-1].startswith("    1/3 ")
+    table.progress(50.0)
+    assert out.getvalue().splitlines()[-1].startswith("    1/3 ")
+    for r in (1, 2):
+        for m in (a, b):
+            m.hooks.after_round[0](m, result(m.peer_id, r))
+    table.progress(500.0)
+    assert out.getvalue().splitlines()[-1].startswith("    3/3 ")  # all rounds done: a final evaluation is no round 4/3
+
+
+def test_a_terminal_line_is_rewritten_in_place_and_cleared_before_the_row() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out, clock = Terminal(), Clock()
+    table = ConsoleTable(["peer-0"], max_rounds=2, stream=out, after=10, clock=clock)
+    peer = fake_peer("peer-0", stages=1, start_round=1)  # resumed: round 2 of 2
+    table.attach(peer)
+    table.start(ticking=False)
+    for now in (11.0, 13.0):
+        table.progress(now)
+    assert out.getvalue() == "\r  round 2/2, 11s in: peer-0 generating stage 1/1\033[K\r  round 2/2, 13s in: peer-0 generating stage 1/1\033[K"
+    peer.hooks.after_round[0](peer, result("peer-0", 1))
+    assert out.getvalue().split("\033[K")[-2] == "\r" and "\n" in out.getvalue()  # cleared, then the header and row
+
+
+def test_many_peers_are_counted_per_phase() -> None:
+    peers = [f"peer-{i}" for i in range(6)]
+    table = ConsoleTable(peers, max_rounds=1, stream=io.StringIO(), after=0)
+    managers = [fake_peer(p) for p in peers]
+    for m in managers:
+        table.attach(m)
+    table.start(ticking=False)
+    for m in managers[:4]:
+        m.hooks.after_rewards[0](m, SimpleNamespace(round=0), None)
+    line = table.line(table.clock() + 1)
+    assert line is not None and line.endswith(": 4 training, 2 generating stage 1/2")
+
+
+def test_the_ticker_thread_writes_the_line_and_stops() -> None:
+    written = threading.Event()
+
+    class Stream(io.StringIO):
+        def write(self, text: str) -> int:
+            n = super().write(text)
+            written.set()
+            return n
+
+    out = Stream()
+    table = ConsoleTable(["peer-0"], max_rounds=1, stream=out, after=0, every=0.01)
+    table.attach(fake_peer("peer-0"))
+    table.start()
+    try:
+        assert written.wait(60), "no progress line from the ticker"
+    finally:
+        table.stop()
+    assert table._ticker is not None and not table._ticker.is_alive()
+    assert out.getvalue().startswith("  round 1/1, ")
+
+
+def test_a_run_wires_the_table_to_every_peer(bandit_recipe: Any) -> None:
+    from genrl_swarm.run.launcher import build_managers, run_managers
+
+    out = io.StringIO()
+    managers, _ = build_managers(bandit_recipe("game.max_rounds=2", "run.console=true"), stream=out)
+    tables = {id(h): h for m in managers for h in m.hooks.after_round if isinstance(h, ConsoleTable)}
+    assert len(tables) == 1
+    table = next(iter(tables.values()))
+    for hooks in ("after_stage", "after_rewards"):  # what each peer is doing inside a round
+        assert all(any(getattr(h, "__self__", None) is table for h in getattr(m.hooks, hooks)) for m in managers)
+    run_managers(managers, out)
+    lines = out.getvalue().splitlines()
+    assert [line.split()[0] for line in lines if line.strip()[:1].isdigit()] == ["1/2", "2/2"]

@@ -139,7 +139,7 @@ def _build_peer(
         lock.release()
         raise
     if table is not None:
-        manager.hooks.after_round.append(table)
+        table.attach(manager)
     manager.hooks.after_game.append(lock)  # last: the stop checkpoint is written while it is held
     return manager
 
@@ -215,11 +215,16 @@ def run_managers(
             _release(m)
 
     threads = [threading.Thread(target=play, args=(m,), name=m.peer_id, daemon=True) for m in managers]
+    tables = list({id(h): h for m in managers for h in m.hooks.after_round if isinstance(h, ConsoleTable)}.values())
     with signals or StopSignals(functools.partial(stop_all, managers), stream):
+        for table in tables:
+            table.start()  # the progress line of a long round
         for t in threads:
             t.start()
         for t in threads:
             t.join()  # never interrupted: the signal handlers only set flags (CPython issue 90882)
+        for table in tables:
+            table.stop()
     if errors:
         peer, error = next(iter(errors.items()))
         if isinstance(error, (SwarmFailure, RecipeError)):
