@@ -38,7 +38,11 @@ def agent_task(kind: str, seed: int, copy: int, max_turns: int, max_tokens: int,
 
 
 class AgentData(DataManager):
-    """A mix of envd tasks per round, each instance in ``group_size`` copies."""
+    """A mix of envd tasks per round, each instance in ``group_size`` copies.
+
+    ``mixes`` (with ``rank``, e.g. ``${peer.rank}``) gives peers different mixes: peer ``rank``
+    plays ``mixes[rank % len(mixes)]``. Seeds depend on (seed, round, slot) only, so peers whose
+    mixes put the same kind in the same slot play the same instances and their groups join."""
 
     def __init__(
         self,
@@ -50,7 +54,13 @@ class AgentData(DataManager):
         eval_size: int = 2,
         seed: int = 0,
         prefill: Sequence[str] = (),
+        mixes: Sequence[Sequence[str]] = (),
+        rank: int = 0,
     ) -> None:
+        if mixes:  # one task mix per peer (rank modulo the number of mixes); replaces ``tasks``
+            if rank < 0 or not all(mixes):
+                raise ValueError(f"mixes: every mix needs a task and rank must be >= 0, got {list(map(list, mixes))}, rank {rank}")
+            tasks = tuple(mixes[rank % len(mixes)])
         unknown = sorted(set(tasks) - set(TASKS))
         if unknown or not tasks:
             raise ValueError(f"tasks: unknown or none {unknown} (known: {', '.join(sorted(TASKS))})")
