@@ -129,7 +129,8 @@ def test_drop_defaults_to_refused_and_only_provable_kinds_are_hard() -> None:
     from genrl_swarm.core.types import DropKind
 
     assert Drop("p", 0, None, "why").kind is DropKind.REFUSED and Drop("p", 0, None, "why", "late").kind is DropKind.LATE
-    assert {k for k in DropKind if k.hard} == {DropKind.PAYLOAD, DropKind.EQUIVOCATION, DropKind.BUDGET, DropKind.CPU}
+    assert {k for k in DropKind if k.hard} == {DropKind.PAYLOAD, DropKind.EQUIVOCATION, DropKind.BUDGET}
+    assert not DropKind.CPU.hard and not DropKind.CPU.counted  # load decides it: never held against the sender
     assert {k for k in DropKind if k.counted} == {DropKind.REFUSED, DropKind.SCORING}  # late, copy, view: never
 
 
@@ -439,12 +440,19 @@ def hard(peer: str, kind: str = "payload") -> Drop:
     return Drop(peer, 0, None, "unreadable", kind)
 
 
-@pytest.mark.parametrize("kind", ["payload", "equivocation", "budget", "cpu"])
+@pytest.mark.parametrize("kind", ["payload", "equivocation", "budget"])
 def test_a_hard_drop_quarantines_from_the_next_round_for_quarantine_rounds(kind: str) -> None:
     book = SenderBook(TrustConfig(quarantine_rounds=3), "me")
     assert book.close_round(5, [hard("bad", kind), hard("bad", kind)]) == {"bad": f"{kind}: unreadable"}
     assert [r for r in range(6, 12) if "bad" in book.quarantined(r)] == [6, 7, 8]
     assert book.reasons == {"bad": f"{kind}: unreadable"}
+
+
+def test_a_cpu_drop_is_counted_in_the_metrics_but_never_quarantines() -> None:
+    """Over this peer's CPU budget: its load decides that, no other peer reproduces it."""
+    book = SenderBook(TrustConfig(quarantine_rounds=3, max_soft_drops=0), "me")
+    assert book.close_round(5, [hard("busy", "cpu") for _ in range(20)]) == {}
+    assert not book.quarantined(6) and book.counters() == {"trust/dropped_cpu": 20.0}
 
 
 def test_soft_drops_quarantine_only_above_max_soft_drops_per_round() -> None:
@@ -492,11 +500,11 @@ def test_several_senders_quarantine_independently_and_counters_sum_all_rounds() 
     book = SenderBook(TrustConfig(quarantine_rounds=2, max_soft_drops=1), "me")
     book.close_round(0, [hard("a"), Drop("b", 0, "t", "no"), Drop("c", 0, "t", "no"), Drop("c", 0, "u", "no")])
     assert book.quarantined(1) == frozenset({"a", "c"})
-    book.close_round(1, [hard("b", "cpu"), Drop("c", 0, "t", "no")])
+    book.close_round(1, [hard("b", "budget"), Drop("c", 0, "t", "no")])
     assert book.quarantined(2) == frozenset({"a", "b", "c"})
     assert book.quarantined(3) == frozenset({"b"})
-    assert book.counters() == {"trust/dropped_cpu": 1.0, "trust/dropped_payload": 1.0, "trust/dropped_refused": 4.0}
-    assert list(book.counters()) == ["trust/dropped_cpu", "trust/dropped_payload", "trust/dropped_refused"]
+    assert book.counters() == {"trust/dropped_budget": 1.0, "trust/dropped_payload": 1.0, "trust/dropped_refused": 4.0}
+    assert list(book.counters()) == ["trust/dropped_budget", "trust/dropped_payload", "trust/dropped_refused"]
     assert book.drops[("c", "refused")] == 3
 
 

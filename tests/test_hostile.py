@@ -260,7 +260,7 @@ class SlowOnSlow(RecordingGame):
         return super().score(task, input, rollout)
 
 
-def test_a_sender_that_costs_too_much_cpu_loses_the_rest_of_its_bodies_and_is_quarantined() -> None:
+def test_a_sender_that_costs_too_much_cpu_loses_the_rest_of_its_bodies_this_round() -> None:
     game = SlowOnSlow([], tasks=4)
     state = GameState(0, "me")
     state.set_tasks(game.round_tasks(0))
@@ -272,8 +272,8 @@ def test_a_sender_that_costs_too_much_cpu_loses_the_rest_of_its_bodies_and_is_qu
     assert [d.kind for d in state.drops] == ["cpu"] * 3
     from genrl_swarm.core.trust import SenderBook
 
-    book = SenderBook(TrustConfig(), "me")
-    assert book.close_round(0, state.drops) and book.quarantined(1) == frozenset({"slow"})
+    book = SenderBook(TrustConfig(), "me")  # this peer's load decides a CPU cut: never a quarantine
+    assert not book.close_round(0, state.drops) and book.quarantined(1) == frozenset()
 
 
 def test_quarantine_ends_after_its_rounds() -> None:

@@ -70,6 +70,6 @@ def test_an_exponent_tower_costs_the_sender_its_budget_not_the_round(tmp_path: P
     evil = managers[-1].peer_id
     for m in managers[:-1]:
         assert m.book.drops[(evil, "scoring")] >= 1  # the first body cut off at the budget ...
-        assert m.book.drops[(evil, "cpu")] >= 1  # ... the rest never scored: over budget (hard: quarantined)
-        assert evil in m.book.reasons
+        assert m.book.drops[(evil, "cpu")] >= 1  # ... the rest never scored: over budget (cut, not quarantined:
+        # what a body costs depends on the checking machine's load, which no other peer reproduces)
     assert elapsed < 300  # without the cut, 9**9**9**9**9 never returns

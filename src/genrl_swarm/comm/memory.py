@@ -142,10 +142,13 @@ class InMemoryBackend(ByteBackend):
     ) -> RawExchange:
         self.swarm.post(round, stage, phase, self.peer_id, data, self._handle)
         wanted = set(self.swarm.members if wait_for is None else wait_for) - self.quarantined
-        if phase == "commit":  # members late lately get the short wait (as committers at the reveal)
+        if phase == "commit":  # members late lately get the short wait, once per round (as committers at the reveal)
             deadline = time.monotonic() + timeout
-            short = not all(self.punctual(p, round) for p in wanted - {self.peer_id})
-            got = self.swarm.collect(round, stage, phase, min(timeout, self.fresh_wait) if short else timeout, wanted)
+            unsure = {p for p in wanted - {self.peer_id} if not self.punctual(p, round)}
+            first = timeout if not unsure else 0.0 if self._fresh_spent == round else min(timeout, self.fresh_wait)
+            got = self.swarm.collect(round, stage, phase, first, wanted)
+            if unsure - got.keys():
+                self._fresh_spent = round  # spent on a member that stays silent: not again this round
             waited = {p for p in wanted - got.keys() if self.punctual(p, round)}
             if waited:
                 got = self.swarm.collect(round, stage, phase, max(deadline - time.monotonic(), 0.0), waited)
