@@ -147,3 +147,36 @@ def test_a_run_wires_the_table_to_every_peer(bandit_recipe: Any) -> None:
     run_managers(managers, out)
     lines = out.getvalue().splitlines()
     assert [line.split()[0] for line in lines if line.strip()[:1].isdigit()] == ["1/2", "2/2"]
+
+
+def test_third_party_info_is_kept_off_the_console_but_not_warnings_ours_or_a_users_level(caplog: Any) -> None:
+    import logging
+
+    from genrl_swarm.run.quiet import CHATTY, quiet_third_party
+
+    saved = {name: logging.getLogger(name).level for name in CHATTY}
+    logging.getLogger("httpx").setLevel(logging.DEBUG)  # the user's choice
+    try:
+        quiet_third_party()
+        caplog.set_level(logging.INFO)  # as the CLI logs
+        logging.getLogger("jax._src.xla_bridge").info("Unable to initialize backend 'tpu'")
+        logging.getLogger("jax._src.compilation_cache").warning("a real problem")
+        logging.getLogger("genrl_swarm.marl.cache").info("JAX compilation cache: ~/.cache")
+        logging.getLogger("httpx").info("HTTP Request: GET")
+        assert [(r.name, r.getMessage()) for r in caplog.records] == [
+            ("jax._src.compilation_cache", "a real problem"),
+            ("genrl_swarm.marl.cache", "JAX compilation cache: ~/.cache"),
+            ("httpx", "HTTP Request: GET"),
+        ]
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def test_the_cli_quiets_them_before_any_command_runs() -> None:
+    import subprocess
+    import sys
+
+    code = "import logging; from genrl_swarm.cli import main; main(['games']); print('levels', logging.getLogger('jax').level, logging.getLogger('genrl_swarm').level)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.splitlines()[-1] == "levels 30 0"  # jax at WARNING, ours as configured (INFO from the root)

@@ -20,6 +20,7 @@ from genrl_swarm.comm.errors import SwarmFailure
 from genrl_swarm.config import RecipeError, check_components, load_recipe, packaged_recipes, resolve, validate
 from genrl_swarm.coord.errors import CoordinatorError
 from genrl_swarm.core.identity import IdentityError
+from genrl_swarm.run.quiet import quiet_third_party
 from genrl_swarm.run.rundir import RunDirError
 from genrl_swarm.run.stopping import Terminated, exit_status, terminate_like_interrupt
 
@@ -144,6 +145,7 @@ def resume_command(argv: Sequence[str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_third_party()  # INFO is for our notes: JAX's and HTTP clients' internals stay off the console
     if args.command == "games":
         return _games()
     if args.command == "chain":
