@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,openenv,async,docs
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-bandit demo-marl demo-agent test test-fast lint bench mutation install clean docs
+.PHONY: demo demo-bandit demo-marl demo-agent demo-agent-warmup test test-fast lint bench mutation install clean docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,13 @@ demo-agent: $(STAMP)
 	$(BIN)/python benchmarks/bench_agent_demo.py --n $(AGENT_EVAL_N) --model HuggingFaceTB/SmolLM2-135M-Instruct --json runs/demo-agent/heldout_before.json
 	for peer in runs/demo-agent/peer-*/; do $(BIN)/python benchmarks/bench_agent_demo.py --n $(AGENT_EVAL_N) --model $$peer --json runs/demo-agent/heldout_$$(basename $$peer).json || exit 1; done
 	$(BIN)/python -m genrl_swarm.games.agent.report runs/demo-agent
+
+# The same with a supervised warm-up first (games/agent/warmup.py: 32 synthetic correct episodes the
+# environment plays itself, trained on model tokens only), then GRPO from it with 2 peers on
+# different mixes (recipe agent/demo); held-out success per level before, after the warm-up and
+# after GRPO (scripts/demo_agent.sh; docs/paradigms/agents.md has the measured table).
+demo-agent-warmup: $(STAMP)
+	OMP_NUM_THREADS=1 PYTHON=$(BIN)/python scripts/demo_agent.sh runs/demo-agent-warm 3
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

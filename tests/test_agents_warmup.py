@@ -98,3 +98,12 @@ def test_mixes_give_each_peer_its_tasks_and_share_slot_zero() -> None:
         AgentData(mixes=[["calculator-1"], []])
     with pytest.raises(ValueError, match="unknown"):
         AgentData(mixes=[["nope"]])
+
+
+def test_demo_recipe_gives_the_two_peers_their_mixes() -> None:
+    from genrl_swarm.config import instantiate, load_recipe, resolve
+
+    cfg = load_recipe("agent/demo")
+    kinds = [instantiate(resolve(cfg, rank)["data"], "data").kinds for rank in (0, 1)]
+    assert kinds == [("calculator-1", "calculator-2"), ("calculator-1", "calculator")]
+    assert resolve(cfg, 0)["data"]["prefill"] == ['<tool_call>{"name": "calculate", "arguments": {"expression": "', "<answer>"]
