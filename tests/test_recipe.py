@@ -12,6 +12,7 @@ import yaml
 
 from genrl_swarm.config import (
     RecipeError,
+    RunConfig,
     SwarmConfig,
     check_components,
     import_target,
@@ -22,6 +23,7 @@ from genrl_swarm.config import (
     resolve,
     validate,
 )
+from genrl_swarm.core.game import GameConfig
 from genrl_swarm.games.bandit import BanditData, SoftmaxLearner, SoftmaxPolicy
 
 BANDIT_YAML = Path(__file__).parents[1] / "src/genrl_swarm/games/bandit/recipe.yaml"
@@ -263,3 +265,15 @@ def test_an_unimportable_target_says_what_to_do(bandit_recipe, tmp_path: Path, m
     assert error_of(bandit_recipe, "reward._target_=my_game.Reward").endswith("my_game imports not_installed_dependency that is not installed")
     monkeypatch.setitem(sys.modules, "genrl_swarm.games.nope", None)  # an optional module of ours that cannot import
     assert "is its extra installed?" in error_of(bandit_recipe, "reward._target_=genrl_swarm.games.nope.Reward")
+
+
+def test_validate_returns_the_typed_sections(bandit_recipe) -> None:
+    """One conversion types the recipe; the sections come back built (their checks run)."""
+    recipe = validate(resolve(bandit_recipe("game.max_rounds=5", "run.keep_checkpoints=0")))
+    assert (recipe.name, recipe.seed) == ("bandit", 42)
+    assert isinstance(recipe.game, GameConfig) and recipe.game.max_rounds == 5
+    assert isinstance(recipe.run, RunConfig) and recipe.run.keep_checkpoints == 0
+    spec = resolve(bandit_recipe())
+    spec["game"] = 3
+    with pytest.raises(RecipeError, match=r"^game: expected a mapping, got 3$"):
+        validate(spec)

@@ -6,10 +6,11 @@ A packaged game's folder is a Hydra config dir holding its recipes; the shared g
 use Hydra's grammar (``key=value``, ``+key=value``, ``~key``, ``group=option``).
 
 OmegaConf fixes the key set, the defaults and the interpolations. It has no ``Literal`` and
-knows nothing of constructors, so :func:`validate` checks every section and every component's
-arguments with msgspec, against the dataclass or the constructor's signature. Every error is one
+knows nothing of constructors, so :func:`validate` types the recipe: every section by its config
+dataclass (:data:`SECTIONS`), every component's arguments by its constructor's signature (a
+nested config dataclass by its fields), all in one ``msgspec.convert``. Every error is one
 :class:`RecipeError` line that names the field (``policy.sampling.temperature: expected float,
-got 'hot'``).
+got 'hot'``), made from the error's location, the value there and the type there.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -87,14 +88,6 @@ class RunConfig:
 
 
 @dataclass
-class RecipeHead:
-    """A recipe's top-level scalars: its ``name`` and the swarm ``seed`` (same tasks on every peer)."""
-
-    name: str = "game"
-    seed: int = 0
-
-
-@dataclass
 class PeerInfo:
     """Set per peer by :func:`resolve`: ``${peer.rank}`` and ``${peer.seed}`` (= seed * 1000 + rank)."""
 
@@ -109,7 +102,8 @@ def _defaults(cls: type, **changes: Any) -> Any:
 @dataclass
 class RecipeSchema:
     """``genrl_swarm_base``: the sections a recipe may have and their defaults. Sections are
-    ``Any`` here because OmegaConf cannot type ``Literal`` fields; :func:`validate` types them."""
+    ``Any`` here because OmegaConf cannot type ``Literal`` fields; :func:`validate` types them
+    (:class:`Recipe`)."""
 
     name: Any = "game"
     seed: Any = 0
@@ -188,9 +182,6 @@ def load_recipe(recipe: str, overrides: Sequence[str] = ()) -> DictConfig:
         raise RecipeError(_compose_error(e, path)) from e
 
 
-_FULL_KEY = re.compile(r"full_key: (\S+)")
-
-
 def _compose_error(error: Exception, path: Path) -> str:
     """Hydra's multi-line composition errors as one line that names the key or the override."""
     if isinstance(error, yaml.YAMLError):
@@ -198,8 +189,8 @@ def _compose_error(error: Exception, path: Path) -> str:
     if isinstance(error, MissingConfigException) and error.options is not None and error.missing_cfg_file:
         group, _, option = error.missing_cfg_file.rpartition("/")
         return f"{group}={option}: no such option (options: {', '.join(error.options)})"
-    cause = error.__cause__
-    found = getattr(cause, "full_key", None) or (_FULL_KEY.search(str(error)) or [None, None])[1]
+    cause = error.__cause__ or error.__context__  # OmegaConf's error, which Hydra wraps or re-raises
+    found = getattr(cause, "full_key", None)
     if found:
         key = str(found)
         if "." not in key and key not in TOP_LEVEL:
@@ -208,7 +199,7 @@ def _compose_error(error: Exception, path: Path) -> str:
             return f"{key}: no such key (use +{key}=... to add one)"
         return f"{key}: {_one_line(getattr(cause, 'msg', None) or str(error))}"
     text = _one_line(str(error))
-    if "NoneType" in text:
+    if not isinstance(error, (HydraException, OmegaConfBaseException)):  # Hydra's ValueError for a group set to null
         text += " (Hydra reads null as no value: name an option, e.g. communication=none)"
     return text
 
@@ -242,36 +233,61 @@ def resolve(cfg: DictConfig, rank: int = 0) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- checking
-def validate(spec: Mapping[str, Any]) -> None:
-    """Check a resolved recipe whole, building nothing but config dataclasses; raise a
-    RecipeError naming the first bad field."""
+@dataclass
+class Recipe:
+    """A checked recipe, typed: what :func:`validate` returns. The components stay plain
+    mappings for :func:`instantiate`; their types are their constructors' signatures."""
+
+    name: str = "game"
+    seed: int = 0
+    game: GameConfig = field(default_factory=GameConfig)
+    swarm: SwarmConfig = field(default_factory=SwarmConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    trust: TrustConfig = field(default_factory=TrustConfig)
+
+
+#: The config dataclasses met while typing a value, each with its mapping and path, inner first.
+_Later = list[tuple[type, Mapping[str, Any], str]]
+
+
+def validate(spec: Mapping[str, Any]) -> Recipe:
+    """Check a resolved recipe whole, building nothing but config dataclasses; return its typed
+    head and sections, or raise a RecipeError naming the first bad field.
+
+    The keys are checked against the dataclasses' fields and the components' signatures (which
+    imports every ``_target_``), the values in one ``msgspec.convert`` of the whole recipe to the
+    type those make; then the dataclasses are built, which runs their ``__post_init__``."""
     for key in spec:
         if key not in TOP_LEVEL:
             raise RecipeError(f"{key}: unknown section (sections: {', '.join(sorted(TOP_LEVEL))})")
-    _check_call(RecipeHead, {k: spec[k] for k in ("name", "seed") if k in spec}, "")
-    for name, cls in SECTIONS.items():
-        section(cls, spec.get(name) or {}, name)
+    values: dict[str, Any] = {}
+    fields: list[tuple[str, Any, Any]] = []
+    later: _Later = []
+    for name, hint in typing.get_type_hints(Recipe).items():
+        values[name] = spec.get(name) or {} if name in SECTIONS else spec.get(name, getattr(Recipe, name))
+        fields.append((name, _field_type(values[name], hint, name, later), None))
     for name in COMPONENTS:
-        if spec.get(name) is None and name in OPTIONAL:
-            continue
-        check_component(spec.get(name), name, INJECTED.get(name, frozenset()))
-    import_target(spec["communication"]["_target_"], "communication._target_")
+        if spec.get(name) is not None or name not in OPTIONAL:
+            values[name] = spec.get(name)
+            fields.append((name, _arguments(values[name], name, INJECTED.get(name, frozenset()), later), None))
+    built = _check(values, msgspec.defstruct("Recipe", fields, kw_only=True), "", later)
+    return Recipe(**{f.name: built.get(f.name, values[f.name]) for f in dataclasses.fields(Recipe)})
 
 
 def section(cls: type[T], values: Any, name: str) -> T:
     """Build a config dataclass (GameConfig, SwarmConfig, RunConfig) from its recipe section."""
-    if not isinstance(values, Mapping):
-        raise RecipeError(f"{name}: expected a mapping, got {values!r}")
-    _check_call(cls, values, name)
-    return _construct(cls, values, name)
+    later: _Later = []
+    return _check(values, _field_type(values, cls, name, later), name, later)[name]  # type: ignore[no-any-return]
 
 
-def check_component(node: Any, path: str, injected: Set[str] = frozenset()) -> None:
-    """Check one ``_target_`` mapping: the target imports, and its arguments fit its signature."""
-    if not _is_component(node):
-        raise RecipeError(f"{path}: expected a component with a _target_, got {node!r}")
-    target = import_target(node["_target_"], _join(path, "_target_"))
-    _check_call(target, {k: v for k, v in node.items() if k not in HYDRA_KEYS}, path, injected)
+def _check(value: Any, type_: Any, path: str, later: _Later) -> dict[str, Any]:
+    """Convert ``value`` to ``type_`` (made by :func:`_field_type`, which filled ``later``), then
+    build the config dataclasses from the recipe's values: ``{path: dataclass}``."""
+    try:
+        msgspec.convert(value, type_)
+    except msgspec.ValidationError as e:
+        raise RecipeError(_explain(e, type_, value, path)) from None
+    return {where: _construct(cls, mapping, where) for cls, mapping, where in later}
 
 
 def check_components(spec: Mapping[str, Any]) -> None:
@@ -321,29 +337,38 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _check_call(call: Callable[..., Any], kwargs: Mapping[str, Any], path: str, injected: Set[str] = frozenset()) -> None:
-    """Check ``call(**kwargs)`` without calling it: unknown keys, missing required arguments, and
-    every value against its annotation, through a msgspec Struct built from the signature."""
+def _arguments(node: Any, path: str, injected: Set[str], later: _Later) -> Any:
+    """The type of one component's arguments: a Struct of the ones the recipe gives, each typed
+    by the constructor's annotation. A target without a signature (a C extension) is ``Any``."""
+    if not _is_component(node):
+        raise RecipeError(f"{path}: expected a component with a _target_, got {node!r}")
+    target = import_target(node["_target_"], _join(path, "_target_"))
+    given = {k: v for k, v in node.items() if k not in HYDRA_KEYS}
+    hints = _keys(target, given, path, injected)
+    if hints is None:
+        return Any
+    fields = [(k, _field_type(v, hints.get(k, Any), _join(path, k), later), None) for k, v in given.items() if k in hints]
+    return msgspec.defstruct("Arguments", fields, kw_only=True)
+
+
+def _keys(call: Callable[..., Any], given: Mapping[str, Any], path: str, injected: Set[str] = frozenset()) -> dict[str, Any] | None:
+    """Check ``given``'s keys against ``call``'s parameters (unknown, then required and missing)
+    and return the parameters' annotations (``Any`` where none resolves); None without a signature.
+    Keys that go to ``**kwargs`` are not checked."""
     try:
         params = inspect.signature(call).parameters
     except (TypeError, ValueError):
-        return  # no signature to check against (a C extension): the call itself will complain
+        return None
+    names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        for key in given:
+            if key not in names:
+                raise RecipeError(f"{_join(path, key)}: unknown key (accepted: {', '.join(names) or 'none'})")
+    for name in names:
+        if params[name].default is params[name].empty and name not in injected and name not in given:
+            raise RecipeError(f"{_join(path, name)}: required, missing from the recipe")
     hints = _hints(call)
-    fields: list[tuple[Any, ...]] = []
-    checked: dict[str, Any] = {}
-    for name, p in params.items():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        checked[name] = hint = _check_apart(kwargs.get(name), hints.get(name, Any), _join(path, name))
-        required = p.default is p.empty and name not in injected
-        fields.append((name, hint) if required else (name, hint, None))
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}  # the rest go to **kwargs unchecked
-    struct = msgspec.defstruct("Arguments", fields, kw_only=True, forbid_unknown_fields=True)
-    try:
-        msgspec.convert(dict(kwargs), struct)
-    except msgspec.ValidationError as e:
-        raise RecipeError(_explain(str(e), path, kwargs, checked)) from None
+    return {n: hints.get(n, Any) for n in names}
 
 
 def _hints(call: Callable[..., Any]) -> dict[str, Any]:
@@ -355,23 +380,22 @@ def _hints(call: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
-def _check_apart(value: Any, hint: Any, path: str) -> Any:
-    """Check what msgspec cannot and return the annotation left for it: a nested component is
-    checked against its own target, a mapping for a config dataclass field by field (then built,
-    to run its ``__post_init__``); an annotation msgspec cannot build from YAML data is ``Any``."""
+def _field_type(value: Any, hint: Any, path: str, later: _Later) -> Any:
+    """The type ``value`` is converted to: a nested component's arguments (a list's, item by
+    item); for a mapping given to a config dataclass, a Struct of its fields (the dataclass is
+    built after the conversion, from the recipe's values, to run its ``__post_init__``); else
+    the annotation, or ``Any`` where msgspec cannot build it from YAML data (a Path, a DataManager)."""
     if _is_component(value):
-        check_component(value, path)
-        return Any
+        return _arguments(value, path, frozenset(), later)
     if isinstance(value, list) and any(_is_component(v) for v in value):
-        for i, item in enumerate(value):
-            if _is_component(item):
-                check_component(item, f"{path}[{i}]")
-        return Any
+        items = tuple(_arguments(v, f"{path}[{i}]", frozenset(), later) if _is_component(v) else Any for i, v in enumerate(value))
+        return tuple[items]  # type: ignore[valid-type]
     config = _config_class(hint)
-    if isinstance(value, Mapping) and config is not None:
-        _check_call(config, value, path)
-        _construct(config, value, path)
-        return Any
+    if config is not None and isinstance(value, Mapping):
+        hints = _keys(config, value, path) or {}
+        fields = [(k, _field_type(v, hints.get(k, Any), _join(path, k), later), None) for k, v in value.items()]
+        later.append((config, value, path))
+        return msgspec.defstruct(config.__name__, fields, kw_only=True)
     try:
         return Any if _opaque(msgspec.inspect.type_info(hint)) else hint
     except TypeError:  # e.g. a union of two mapping types
@@ -384,6 +408,10 @@ def _config_class(hint: Any) -> type | None:
     return found[0] if len(found) == 1 else None
 
 
+def _arms(hint: Any) -> tuple[Any, ...]:
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+
+
 def _opaque(info: Any) -> bool:
     """Does the annotation involve a class msgspec cannot build from plain data (a Path, a DataManager)?"""
     if isinstance(info, msgspec.inspect.CustomType):
@@ -392,36 +420,60 @@ def _opaque(info: Any) -> bool:
     return any(_opaque(t) for part in parts if part is not None for t in (part if isinstance(part, tuple) else (part,)))
 
 
-_AT = re.compile(r"(?P<msg>.*?)(?: - at `\$(?P<loc>[^`]*)`)?", re.S)
+#: A step of msgspec's error location (``$.policy.sampling.temperature``, ``$.datasets[0]``).
 _STEP = re.compile(r"\.([^.\[\]]+)|\[([^\]]*)\]")
 _ABSENT = object()
 
 
-def _explain(message: str, path: str, values: Mapping[str, Any], hints: Mapping[str, Any]) -> str:
-    """msgspec's ``Expected `float`, got `str` - at `$.x``` as ``path.x: expected float, got 'hot'``."""
-    m = _AT.fullmatch(message)
-    assert m is not None
-    msg, steps = m["msg"], [a or (int(b) if b.isdigit() else None) for a, b in _STEP.findall(m["loc"] or "")]
+def _explain(error: msgspec.ValidationError, type_: Any, value: Any, path: str) -> str:
+    """One line from a failed conversion, made from what is structured: the location, the value
+    there, and the type there (``policy.sampling.temperature: expected float, got 'hot'``).
+    msgspec gives the location only in its message, after `` - at `$``; that part alone is
+    parsed, the prose before it is not used (but for a location no annotation explains)."""
+    text, at, loc = str(error).rpartition(" - at `$")
+    steps = [a or (int(b) if b.isdigit() else None) for a, b in _STEP.findall(loc.removesuffix("`"))] if at else []
     where = path
     for step in steps:
         where = f"{where}[{step}]" if isinstance(step, int) else f"{where}[...]" if step is None else _join(where, step)
-    if named := re.fullmatch(r"Object contains unknown field `(.+)`", msg):
-        accepted = "" if steps else f" (accepted: {', '.join(hints) or 'none'})"
-        return f"{_join(where, named[1])}: unknown key{accepted}"
-    if named := re.fullmatch(r"Object missing required field `(.+)`", msg):
-        return f"{_join(where, named[1])}: required, missing from the recipe"
-    value = _walk(values, steps)
-    got = "" if value is _ABSENT else f", got {value!r}"
-    hint = hints.get(steps[0]) if len(steps) == 1 and isinstance(steps[0], str) else None
-    choices = [a for arm in _arms(hint) if typing.get_origin(arm) is typing.Literal for a in typing.get_args(arm)]
-    if msg.startswith("Invalid enum value") and choices:
-        return f"{where}: expected one of {choices}{got}"
-    msg = re.sub(r", got `[^`]*`$", "", msg).replace("`", "")
-    return f"{where}: {msg[:1].lower()}{msg[1:]}{got if msg.startswith('Expected') else ''}"
+    hint = type_
+    for step in steps:
+        hint = _child(hint, step)
+    if hint is None:
+        return f"{where}: {text or loc}"
+    got = _walk(value, steps)
+    return f"{where}: expected {_describe(hint)}" + ("" if got is _ABSENT else f", got {got!r}")
 
 
-def _arms(hint: Any) -> tuple[Any, ...]:
-    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+def _child(hint: Any, step: str | int | None) -> Any:
+    """The annotation at ``step`` (a field name, a list index, a mapping key) inside ``hint``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return next((c for c in (_child(a, step) for a in args if a is not type(None)) if c is not None), None)
+    if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
+        return next((f.type for f in msgspec.structs.fields(hint) if f.name == step), None)
+    if isinstance(step, int) and origin is tuple and args and args[-1] is not Ellipsis:
+        return args[step] if step < len(args) else None
+    if not isinstance(step, int) and isinstance(origin, type) and issubclass(origin, Mapping):
+        return args[1] if len(args) == 2 else Any
+    if isinstance(step, int) and isinstance(origin, type) and issubclass(origin, Iterable):
+        return args[0] if args else Any
+    return None
+
+
+def _describe(hint: Any) -> str:
+    """An annotation as the error's ``expected ...``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return f"one of {list(args)}"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_describe(a) for a in args)
+    if hint is None or hint is type(None):
+        return "null"
+    if dataclasses.is_dataclass(hint) or isinstance(origin or hint, type) and issubclass(origin or hint, (msgspec.Struct, Mapping)):
+        return "a mapping"
+    if isinstance(origin, type) and issubclass(origin, Iterable) and origin is not str:
+        return "a list"
+    return getattr(hint, "__name__", str(hint))
 
 
 def _walk(values: Any, steps: Sequence[Any]) -> Any:
@@ -440,8 +492,9 @@ _FIELD_RULE = re.compile(r"(?P<field>[A-Za-z_][\w.]*) (?P<rest>must .*)", re.S)
 
 
 def _blame(path: str, error: BaseException, names: Sequence[str]) -> str:
-    """A constructor's own error, one line, prefixed with the field it names (``x must be ...``)
-    or else with the component's path."""
+    """A constructor's own error, one line, prefixed with the field it names or else with the
+    component's path. ``x must be ...`` is this project's convention for a constructor's errors
+    (:func:`_require`), not a library's text."""
     text = _one_line(str(error)) or type(error).__name__
     rule = _FIELD_RULE.fullmatch(text)
     if rule:
