@@ -89,15 +89,15 @@ def test_a_peer_killed_mid_round_and_resumed_never_signs_twice(tmp_path) -> None
     different commitment for r0/s0: it sits that exchange out, and nobody holds a proof against it."""
     swarm = InMemorySwarm()
     other, first = InMemoryBackend(swarm, "other"), InMemoryBackend(swarm, "victim")
-    first.keep_signed_log(tmp_path / "last_signed", resuming=False)
+    first.keep_signed_log(tmp_path / "last_signed")
     got = exchange_all([other, first], 0, 0)
-    assert "victim" in got["other"].received and (tmp_path / "last_signed").read_text() == "0 0"
+    assert "victim" in got["other"].received and (tmp_path / "last_signed").read_text() == "0 0 genrl-swarm"
     first.close()  # killed
     again = InMemoryBackend(swarm, "victim", identity=first.identity)  # the same identity, restarted
-    again.keep_signed_log(tmp_path / "last_signed", resuming=True)
+    again.keep_signed_log(tmp_path / "last_signed")  # resumed or started over: the log outlives both
     stale = again.exchange(0, 0, [Echo("t", "d" * 64, ("a different sample",))], 0.5, Echo)
     assert stale.received == {"victim": (Echo("t", "d" * 64, ("a different sample",)),)}  # sat out: nothing signed
-    assert again.signed_log is not None and (tmp_path / "last_signed").read_text() == "0 0"
+    assert again.signed_log is not None and (tmp_path / "last_signed").read_text() == "0 0 genrl-swarm"
     got = exchange_all([other, again], 0, 1)  # the next exchange it had not signed: it plays
     assert set(got["other"].received) == {"other", "victim"}
     assert not other.proofs and not got["other"].equivocators
@@ -113,3 +113,33 @@ def test_without_the_log_a_resumed_peer_would_be_proven_an_equivocator() -> None
     record = Commitment("genrl-swarm", 0, 0, "victim", hashlib.sha256(content).digest(), len(content))
     other._remember(record, encode_signed("commit", record, first.identity.sign))
     assert "victim" in other.proofs
+
+
+def test_a_log_from_another_swarm_is_ignored(tmp_path) -> None:
+    (tmp_path / "last_signed").write_text("5 0 another-swarm")
+    peer = InMemoryBackend(InMemorySwarm(), "p")
+    peer.keep_signed_log(tmp_path / "last_signed")
+    assert peer._signed_before is None  # commitments name their swarm: no proof can pair across swarms
+    (tmp_path / "last_signed").write_text(f"5 0 {peer.swarm_id}")
+    peer.keep_signed_log(tmp_path / "last_signed")
+    assert peer._signed_before == (5, 0)
+
+
+def test_an_old_proof_passed_as_evidence_is_not_replayed_forever() -> None:
+    """Found by a hostile review: one honest restart's pair, kept by a stranger, re-quarantined
+    the honest peer on demand at any later round. Evidence older than KEEP_ROUNDS is ignored."""
+    from genrl_swarm.comm.base import KEEP_ROUNDS
+    from genrl_swarm.core.bodies import Envelope
+
+    swarm = InMemorySwarm()
+    other, victim = InMemoryBackend(swarm, "other"), InMemoryBackend(swarm, "victim")
+    pair = []
+    for content in (b"first sample", b"second sample"):
+        record = Commitment(other.swarm_id, 3, 0, "victim", hashlib.sha256(content).digest(), len(content))
+        pair.append(encode_signed("commit", record, victim.identity.sign))
+    late = Envelope(3, "stranger", 3 + KEEP_ROUNDS + 44, 0, (), evidence=tuple(pair))
+    other._references(late)
+    assert "victim" not in other.proofs
+    fresh = Envelope(3, "stranger", 3 + KEEP_ROUNDS, 0, (), evidence=tuple(pair))
+    other._references(fresh)
+    assert "victim" in other.proofs  # the same pair within the window is a proof

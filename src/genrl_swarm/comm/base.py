@@ -134,25 +134,30 @@ class ByteBackend(Communication):
         """This peer resumes from a checkpoint at ``round``: a transport that bounds catch-up
         jumps counts them from here, not from round 0."""
 
-    def keep_signed_log(self, path: Path, resuming: bool) -> None:
-        """Remember, in ``path``, the last (round, stage) this identity signed a commitment for.
-        A peer killed mid-round and resumed would otherwise sign a second, different commitment
-        for the same (round, stage) — to everyone else, a proof of equivocation. Resuming, it sits
-        out every exchange up to the one it signed last (others see it late, which costs nothing)."""
+    def keep_signed_log(self, path: Path) -> None:
+        """Remember, in ``path``, the last (round, stage) this identity signed a commitment for
+        in this swarm. A peer killed mid-round and started again (resumed, or started over with
+        ``--overwrite``: the file outlives both) would otherwise sign a second, different
+        commitment for the same (round, stage) — to everyone else, a proof of equivocation. It
+        sits out every exchange up to the one it signed last (others see it late, which costs
+        nothing). A log from another swarm is ignored: its commitments name that swarm."""
         self.signed_log = path
-        if resuming and path.exists():
-            try:
-                round, stage = (int(x) for x in path.read_text().split())
-            except ValueError:
-                log.warning("%s: %s is not 'round stage'; ignored", self.peer_id, path)
-            else:
-                self._signed_before = (round, stage)
+        if not path.exists():
+            return
+        try:
+            round, stage, *swarm = path.read_text().split()
+            signed = (int(round), int(stage))
+        except ValueError:
+            log.warning("%s: %s is not 'round stage swarm'; ignored", self.peer_id, path)
+            return
+        if swarm in ([], [self.swarm_id]):
+            self._signed_before = signed
 
     def _log_signed(self, round: int, stage: int) -> None:
         """Written before the commitment leaves this process: a kill after this line is safe."""
         if self.signed_log is not None:
             temp = self.signed_log.with_suffix(".tmp")
-            temp.write_text(f"{round} {stage}")
+            temp.write_text(f"{round} {stage} {self.swarm_id}")
             os.replace(temp, self.signed_log)
 
     def ready(self) -> None:
@@ -261,7 +266,7 @@ class ByteBackend(Communication):
             refs.append(Ref(record.stage, record.sender, record.digest.hex()))
         for blob in envelope.evidence:
             record = read_commitment(blob, self.verify)
-            if record.swarm == self.swarm_id:
+            if record.swarm == self.swarm_id and record.round >= envelope.round - KEEP_ROUNDS:  # an old proof is not replayed forever
                 self._remember(record, blob)
         return tuple(sorted(set(refs)))
 

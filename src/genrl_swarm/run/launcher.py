@@ -163,7 +163,7 @@ def _build_game(
     policy = learner.acting_policy(policy) if learner is not None else policy
     manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks(), trust=trust)
     if not comm.in_process:  # a swarm in one process dies whole: no survivor holds a first commitment
-        comm.keep_signed_log(directory / "last_signed", resuming=resume)
+        comm.keep_signed_log(directory / "last_signed")  # honoured on --resume and --overwrite alike
     checkpoint = latest_checkpoint(directory / "checkpoints") if resume else None
     carried = None
     if checkpoint is not None:
