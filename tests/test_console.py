@@ -180,3 +180,15 @@ def test_the_cli_quiets_them_before_any_command_runs() -> None:
     code = "import logging; from genrl_swarm.cli import main; main(['games']); print('levels', logging.getLogger('jax').level, logging.getLogger('genrl_swarm').level)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.splitlines()[-1] == "levels 30 0"  # jax at WARNING, ours as configured (INFO from the root)
+
+
+def test_a_torchrun_rank_prints_the_swarms_table_one_column_per_peer() -> None:
+    """Rank 0 of a torchrun job hosts one peer but prints every peer's reward as it scored them
+    (the other ranks print none: the launcher gives them no table)."""
+    out = io.StringIO()
+    table = ConsoleTable([A], max_rounds=2, stream=out, swarm=True)
+    table(None, RoundResult(round=0, peer_id=A, rewards={A: 0.5, B: 0.25}, winners=(A,)))  # type: ignore[arg-type]
+    header, row = out.getvalue().splitlines()[:2]
+    labels = short_ids([A, B])
+    assert labels[A] in header and labels[B] in header
+    assert "0.500" in row and "0.250" in row

@@ -187,3 +187,21 @@ def test_a_rank_claiming_a_peer_id_it_does_not_own_stops_the_swarm_at_start(tmp_
     for code, err in results:
         assert code == 3, err[-3000:]
         assert "rank 1 has no usable identity" in err and "embeds another public key" in err
+
+
+def test_rank_0_prints_the_swarms_table_and_the_other_ranks_none(tmp_path: Path) -> None:
+    args = ["--recipe", "bandit", "communication=torch", f"run.dir={tmp_path}", "game.max_rounds=2", "run.tensorboard=false", "run.plot=false"]
+    procs = launch(2, args)
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        assert p.returncode == 0, err[-2000:]
+        outs.append(out)
+    header = [line for line in outs[0].splitlines() if line.lstrip().startswith("round")]
+    assert len(header) == 1 and "rank-0" in header[0] and "rank-1" in header[0], outs[0]  # one column per peer of the swarm
+    assert sum(line.lstrip().startswith(("1/2", "2/2")) for line in outs[0].splitlines()) == 2
+    assert not any(line.lstrip().startswith("round") for line in outs[1].splitlines()), outs[1]  # rank 1: no table

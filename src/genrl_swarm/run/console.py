@@ -47,9 +47,14 @@ class ConsoleTable:
         after: float | None = None,
         every: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        swarm: bool = False,
     ) -> None:
         self.peer_ids, self.max_rounds = peer_ids, max_rounds
         self.labels = short_ids(peer_ids)
+        # swarm: one peer per process (a torchrun rank) prints every peer's reward as it computed
+        # it, one column per peer of the swarm (fixed at the first row), instead of its own alone.
+        self.swarm = swarm
+        self.columns: list[str] = list(peer_ids)
         self.stream = stream or sys.stdout
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.after = AFTER if after is None else after
@@ -162,13 +167,17 @@ class ConsoleTable:
     def _print(self, r: int, row: dict[str, RoundResult]) -> None:
         self._clear()
         self._said_at = float("-inf")
-        width = max(8, *(len(label) for label in self.labels.values()))
+        if not self._header_done and self.swarm:
+            self.columns = sorted(set(self.peer_ids).union(*(res.rewards for res in row.values())))
+            self.labels = short_ids(self.columns)
+        width = max(8, *(len(self.labels[p]) for p in self.columns))
         if not self._header_done:
-            cols = "".join(f"{self.labels[p]:>{width + 2}}" for p in self.peer_ids)
+            cols = "".join(f"{self.labels[p]:>{width + 2}}" for p in self.columns)
             print(f"{'round':>7}{cols}   winner       dropped  quarantined  elapsed", file=self.stream)
             self._header_done = True
-        cells = "".join(f"{row[p].rewards.get(p, float('nan')):>{width + 2}.3f}" for p in self.peer_ids)
-        winner = [self.labels.get(w) or short_ids([w])[w] for w in next(iter(row.values())).winners[:1]]
+        mine = next(iter(row.values()))
+        cells = "".join(f"{(mine if self.swarm else row[p]).rewards.get(p, float('nan')):>{width + 2}.3f}" for p in self.columns)
+        winner = [self.labels.get(w) or short_ids([w])[w] for w in mine.winners[:1]]
         elapsed = time.monotonic() - self._start
         done = f"{r + 1}/{self.max_rounds}"
         # Summed over this process's peers: bodies/payloads refused this round, and senders

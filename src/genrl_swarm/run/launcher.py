@@ -98,7 +98,10 @@ def build_managers(
             print(f"peer {comm.peer_id} is up; others join with: {joining}", file=stream, flush=True)
     coord_cls = import_target(spec["coordinator"]["_target_"], "coordinator._target_")
     shared = instantiate(spec["coordinator"], "coordinator") if getattr(coord_cls, "shared_per_process", True) else None
-    table = ConsoleTable([c.peer_id for c in comms], game.max_rounds, stream) if run.console else None
+    rank = comms[0].rank if under_torchrun() else None  # one peer per torchrun rank
+    table = None  # torchrun: rank 0 prints the swarm's table (every peer's reward as it scored it), the others none
+    if run.console and not (rank or 0) > 0:
+        table = ConsoleTable([c.peer_id for c in comms], game.max_rounds, stream, swarm=rank == 0)
     existing = Existing.OVERWRITE if overwrite else Existing.RESUME if resume else Existing.REFUSE
     managers: list[GameManager] = []
     try:
