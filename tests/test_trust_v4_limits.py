@@ -20,27 +20,13 @@ def test_a_config_whose_basis_receivers_would_refuse_is_refused_at_start() -> No
 def test_a_basis_naming_more_senders_than_max_sources_is_refused_not_rebuilt() -> None:
     """Every honest peer checks the same game rule: the body is refused (counted, soft), and no
     prompt with 64 senders' answers is built for it."""
-    import hashlib
-
-    from genrl_swarm.comm import InMemoryBackend
-    from genrl_swarm.coord import LocalCoordinator
-    from genrl_swarm.core import GameManager, GameState
     from genrl_swarm.core.interfaces import ExchangeResult
     from genrl_swarm.core.types import DropKind, Ref
-    from genrl_swarm.games.multistage_math import MultistageReward
-    from test_trust_v4_views import Questions, Scripted, msm
+    from test_trust_v4_views import stage_zero_from
 
     from helpers import echo
 
-    (comm,) = InMemoryBackend.spawn(1)
-    manager = GameManager(msm(), MultistageReward(), Scripted(), None, comm, LocalCoordinator(), GameConfig(num_stages=3))
-    state = GameState(0, comm.peer_id)
-    state.set_tasks(Questions().round_tasks(0))
-    inputs = msm().stage_inputs(state, 0)
-    received = {f"peer-{i:03d}": [echo(x, f"<answer>{i}</answer>") for x in inputs] for i in range(80)}
-    received[comm.peer_id] = [echo(x, "<answer>3</answer>") for x in inputs]
-    state.record(0, inputs, received, derive=Scripted().texts)
-    state.sources[0] = {p: hashlib.sha256(p.encode()).hexdigest() for p in received}
+    manager, state, _ = stage_zero_from([f"peer-{i:03d}" for i in range(80)])
     mine, basis = manager._stage_inputs(state, 1)
     honest, hostile = "peer-001", "peer-079"
     wide = tuple(sorted(Ref(0, p, d) for p, d in list(state.sources[0].items())[:64]))

@@ -21,12 +21,13 @@ from genrl_swarm.core.types import RoundResult
 from helpers import RecordingGame, Stranger
 
 
-def play(comms: list[InMemoryBackend], rounds: int, timeout: float) -> dict[str, tuple[list[RoundResult], GameManager]]:
+def play(comms: list[InMemoryBackend], rounds: int, timeout: float, stages: int = 1) -> dict[str, tuple[list[RoundResult], GameManager]]:
     out: dict[str, tuple[list[RoundResult], GameManager]] = {}
 
     def run(comm: InMemoryBackend) -> None:
         game = RecordingGame([])
-        manager = GameManager(game, game, game, game, comm, LocalCoordinator(), GameConfig(max_rounds=rounds, exchange_timeout=timeout))
+        config = GameConfig(max_rounds=rounds, num_stages=stages, exchange_timeout=timeout)
+        manager = GameManager(game, game, game, game, comm, LocalCoordinator(), config)
         out[comm.peer_id] = (manager.run(), manager)
 
     threads = [threading.Thread(target=run, args=(c,)) for c in comms]
@@ -86,19 +87,7 @@ def test_fresh_ids_at_every_stage_cost_one_short_wait_per_round_in_total() -> No
     for r in range(rounds):
         for s in range(stages):  # a new id at every stage
             Stranger(swarm).commit(r, s, b"never revealed")
-    out: dict[str, list[RoundResult]] = {}
-
-    def run(comm: InMemoryBackend) -> None:
-        game = RecordingGame([])
-        config = GameConfig(max_rounds=rounds, num_stages=stages, exchange_timeout=timeout)
-        out[comm.peer_id] = GameManager(game, game, game, game, comm, LocalCoordinator(), config).run()
-
-    threads = [threading.Thread(target=run, args=(c,)) for c in comms]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    for results in out.values():
+    for results, _ in play(comms, rounds, timeout, stages).values():
         per_round = [sum(r.metrics[f"time/exchange_s{s}"] for s in range(stages)) for r in results]
         # one FRESH_SHARE wait (0.6 s) per round; before: one per stage (1.8 s), and 4.5 s a stage on the old code
         assert max(per_round) < 1.3, per_round
@@ -112,19 +101,7 @@ def test_a_member_that_never_posts_costs_one_short_wait_per_round_after_its_firs
     comms = [InMemoryBackend(swarm, p) for p in ("A", "B")]
     InMemoryBackend(swarm, "silent")  # joins, never posts
     rounds, stages, timeout = 3, 3, 6.0
-    out: dict[str, list[RoundResult]] = {}
-
-    def run(comm: InMemoryBackend) -> None:
-        game = RecordingGame([])
-        config = GameConfig(max_rounds=rounds, num_stages=stages, exchange_timeout=timeout)
-        out[comm.peer_id] = GameManager(game, game, game, game, comm, LocalCoordinator(), config).run()
-
-    threads = [threading.Thread(target=run, args=(c,)) for c in comms]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    for results in out.values():
+    for results, _ in play(comms, rounds, timeout, stages).values():
         per_round = [sum(r.metrics[f"time/exchange_s{s}"] for s in range(stages)) for r in results[1:]]
         assert max(per_round) < 1.3, per_round  # one FRESH_SHARE wait (0.6 s); before: one per stage (1.8 s)
         assert all(sorted(r.rewards) == ["A", "B"] for r in results)

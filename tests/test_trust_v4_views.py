@@ -172,19 +172,26 @@ def test_a_peer_that_received_less_is_rebuilt_by_one_that_received_more() -> Non
     assert rb.metrics["trust/quarantined"] == 0 and set(mb.book.drops) == {("C", "late")}  # views: not even remembered
 
 
-def test_a_later_prompt_lists_a_bounded_number_of_answers_from_a_thousand_senders() -> None:
+def stage_zero_from(senders: list[str]) -> tuple[GameManager, GameState, str]:
+    """A 3-stage multistage_math peer whose round-0 state holds stage-0 answers of ``senders``
+    (and its own), each payload recorded under a digest: what later-stage inputs are built from."""
     (comm,) = InMemoryBackend.spawn(1)
     manager = GameManager(msm(), MultistageReward(), Scripted(), None, comm, LocalCoordinator(), GameConfig(num_stages=3))
     state = GameState(0, comm.peer_id)
     state.set_tasks(Questions().round_tasks(0))
     inputs = msm().stage_inputs(state, 0)
-    received = {f"sybil-{i:04d}": [echo(x, f"<answer>{i}</answer>") for x in inputs] for i in range(1000)}
+    received = {p: [echo(x, f"<answer>{i}</answer>") for x in inputs] for i, p in enumerate(senders)}
     received[comm.peer_id] = [echo(x, "<answer>3</answer>") for x in inputs]
     state.record(0, inputs, received, derive=Scripted().texts)
     state.sources[0] = {p: hashlib.sha256(p.encode()).hexdigest() for p in received}
+    return manager, state, comm.peer_id
+
+
+def test_a_later_prompt_lists_a_bounded_number_of_answers_from_a_thousand_senders() -> None:
+    manager, state, me = stage_zero_from([f"sybil-{i:04d}" for i in range(1000)])
     later, basis = manager._stage_inputs(state, 1)
     assert all(len(i.context["students"]) == 16 for i in later)  # before: 1,001 students, a 78k-token prompt
-    assert len(basis) == 16 and comm.peer_id in {r.sender for r in basis}
+    assert len(basis) == 16 and me in {r.sender for r in basis}
     again, same = manager._stage_inputs(state, 1)  # the same choice every time, on every peer with these payloads
     assert same == basis and [i.digest for i in again] == [i.digest for i in later]
 
