@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,openenv,async,docs
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-bandit demo-marl demo-agent demo-agent-warmup test test-fast lint bench mutation install clean docs
+.PHONY: demo demo-bandit demo-marl demo-agent demo-agent-grpo test test-fast lint bench mutation install clean docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,26 +50,24 @@ demo-marl: $(STAMP)
 	$(BIN)/genrl-swarm run --overwrite --recipe marl $(MARL_DEMO_ARGS)
 	$(BIN)/python -m genrl_swarm.marl.report runs/demo-marl
 
-# Agents on tools: 2 peers, SmolLM2-135M-Instruct plays level calculator-1 (one operation on two-digit
-# numbers) with a pre-filled call opening and <answer> tag and a small format reward, trains with
-# multi-turn GRPO; then held-out success before (the untrained model) and after (each peer's last
-# checkpoint) on AGENT_EVAL_N greedy episodes (benchmarks/bench_agent_demo.py), the per-task reward
-# table and runs/demo-agent/agent_reward_curve.png. 2 rounds took ~14 min and an evaluation 3-8 min on
-# the loaded 2-core CPU; parsable calls rose 0 -> 0.59, success stayed 0 (docs/paradigms/agents.md).
-AGENT_DEMO_ARGS ?= policy.model=HuggingFaceTB/SmolLM2-135M-Instruct game.max_rounds=2 run.dir=runs/demo-agent run.tensorboard=false data.tasks=[calculator-1] data.max_turns=2 "data.prefill=['<tool_call>{\"name\": \"calculate\", \"arguments\": {\"expression\": \"','<answer>']" reward.shaping.call=0.1 reward.shaping.answer=0.05
+# Agents on tools (docs/paradigms/agents.md): SmolLM2-135M-Instruct learns to call a calculator tool.
+# Held-out success on levels calculator-1 and -2 (AGENT_EVAL_N greedy episodes, seeds never trained
+# on) before anything, after a short supervised warm-up on correct episodes the environment plays
+# itself, and after AGENT_ROUNDS rounds of multi-turn GRPO in a 2-peer swarm on different task
+# mixes (recipe agent/demo); then the per-task reward table, runs/demo-agent/swarm/agent_reward_curve.png
+# and the time of each phase. OMP_NUM_THREADS=1: one torch thread per process, two at a time.
+AGENT_ROUNDS ?= 3
 AGENT_EVAL_N ?= 32
 demo-agent: $(STAMP)
-	$(BIN)/genrl-swarm run --overwrite --recipe agent $(AGENT_DEMO_ARGS)
-	$(BIN)/python benchmarks/bench_agent_demo.py --n $(AGENT_EVAL_N) --model HuggingFaceTB/SmolLM2-135M-Instruct --json runs/demo-agent/heldout_before.json
-	for peer in runs/demo-agent/peer-*/; do $(BIN)/python benchmarks/bench_agent_demo.py --n $(AGENT_EVAL_N) --model $$peer --json runs/demo-agent/heldout_$$(basename $$peer).json || exit 1; done
-	$(BIN)/python -m genrl_swarm.games.agent.report runs/demo-agent
+	OMP_NUM_THREADS=1 AGENT_EVAL_N=$(AGENT_EVAL_N) PYTHON=$(BIN)/python scripts/demo_agent.sh runs/demo-agent $(AGENT_ROUNDS)
 
-# The same with a supervised warm-up first (games/agent/warmup.py: 32 synthetic correct episodes the
-# environment plays itself, trained on model tokens only), then GRPO from it with 2 peers on
-# different mixes (recipe agent/demo); held-out success per level before, after the warm-up and
-# after GRPO (scripts/demo_agent.sh; docs/paradigms/agents.md has the measured table).
-demo-agent-warmup: $(STAMP)
-	OMP_NUM_THREADS=1 PYTHON=$(BIN)/python scripts/demo_agent.sh runs/demo-agent-warm 3
+# GRPO alone from the untrained model (no warm-up): parsable calls rise, success stays 0 in 2 rounds.
+AGENT_GRPO_ARGS ?= policy.model=HuggingFaceTB/SmolLM2-135M-Instruct game.max_rounds=2 run.dir=runs/demo-agent-grpo run.tensorboard=false data.tasks=[calculator-1] data.max_turns=2 "data.prefill=['<tool_call>{\"name\": \"calculate\", \"arguments\": {\"expression\": \"','<answer>']" reward.shaping.call=0.1 reward.shaping.answer=0.05
+demo-agent-grpo: $(STAMP)
+	$(BIN)/genrl-swarm run --overwrite --recipe agent $(AGENT_GRPO_ARGS)
+	$(BIN)/python benchmarks/bench_agent_demo.py --n $(AGENT_EVAL_N) --model HuggingFaceTB/SmolLM2-135M-Instruct --json runs/demo-agent-grpo/heldout_before.json
+	for peer in runs/demo-agent-grpo/peer-*/; do $(BIN)/python benchmarks/bench_agent_demo.py --n $(AGENT_EVAL_N) --model $$peer --json runs/demo-agent-grpo/heldout_$$(basename $$peer).json || exit 1; done
+	$(BIN)/python -m genrl_swarm.games.agent.report runs/demo-agent-grpo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -17,15 +17,31 @@ shift $(($# < 2 ? $# : 2))
 n=${AGENT_EVAL_N:-32}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$dir"
+start=$SECONDS
+phase() {  # name: the seconds since the start, to the terminal and <dir>/timings.txt
+  echo "demo-agent: $1 done at $((SECONDS - start)) s (load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$dir/timings.txt"
+}
+: > "$dir/timings.txt"
 eval_model() {  # model, name
   "$py" "$here/benchmarks/bench_agent_demo.py" --model "$1" --tasks calculator-1 calculator-2 --n "$n" \
     --max-new-tokens 24 --json "$dir/heldout_$2.json"
 }
-eval_model HuggingFaceTB/SmolLM2-135M-Instruct before
+# One torch thread per process, two processes at a time on two cores: the untrained model's
+# evaluation beside the warm-up, the three evaluations of trained models together at the end.
+eval_model HuggingFaceTB/SmolLM2-135M-Instruct before &
+before=$!
 "$py" -m genrl_swarm.games.agent.warmup --out "$dir/warm" --tasks calculator-1 calculator-2 \
   --episodes 32 --epochs 2 --batch 8 --lr 3e-5
-eval_model "$dir/warm" warm
+wait "$before"
+phase "warm-up, and the held-out evaluation before it"
 "$py" -m genrl_swarm.cli run --overwrite --recipe agent/demo policy.model="$dir/warm" game.max_rounds="$rounds" \
   run.dir="$dir/swarm" run.tensorboard=false "$@"
-for peer in "$dir"/swarm/peer-*/; do eval_model "$peer" "after_$(basename "$peer")"; done
+phase "GRPO rounds"
+pids=()
+eval_model "$dir/warm" warm & pids+=($!)
+for peer in "$dir"/swarm/peer-*/; do eval_model "$peer" "after_$(basename "$peer")" & pids+=($!); done
+for pid in "${pids[@]}"; do wait "$pid"; done
+phase "held-out after the warm-up and after GRPO"
+cp "$dir"/heldout_*.json "$dir/swarm/"  # the report prints them beside the training table
 "$py" -m genrl_swarm.games.agent.report "$dir/swarm"
+cat "$dir/timings.txt"
