@@ -94,4 +94,4 @@ def test_agent_reward_reports_success_and_format_apart() -> None:
         body = s.episode(t.id, t.input(0).digest, 0, "fp")
         got = reward.score(t, t.input(0), Rollout(peer_id="p", round=0, stage=0, body=body))
         assert got == [pytest.approx(success + 0.15)]
-        assert reward.take_scored() == [Scored("calculator-1", success, 1.0, 1.0)]  # success apart from format
+        assert reward.take_scored() == [Scored("calculator-1", success, 1.0, 1.0, "p", t.id)]  # success apart from format, and whose

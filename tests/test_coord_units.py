@@ -118,6 +118,32 @@ def test_finish_round_waits_only_for_the_previous_rounds_reporters() -> None:
     assert time.monotonic() - start < 2
 
 
+def test_a_peer_that_leaves_is_not_waited_for() -> None:
+    """Ctrl-C stops each in-process peer after its round step, so one can stop a round before
+    another, which then waited ``settle_wait`` (30 s) in finish_round for a report that never
+    comes: leaving ends that wait at once, and a peer that registers again is waited for again."""
+    c = local("a", "b", settle_wait=30.0)
+    say(c, 0, "a", {"b": 0.5})
+    say(c, 0, "b", {"a": 0.5})
+    say(c, 1, "a", {"b": 0.5})  # b stops before round 1
+    waiting = threading.Thread(target=c.finish_round, args=(1,))
+    start = time.monotonic()
+    waiting.start()
+    time.sleep(0.2)
+    assert waiting.is_alive()  # b reported round 0: a waits for it
+    c.leave("b")
+    waiting.join(5)
+    assert not waiting.is_alive() and time.monotonic() - start < 5
+    c.register("b")  # resumed: waited for again
+    for peer in ("a", "b"):
+        say(c, 2, peer, {})
+    say(c, 3, "a", {})
+    c.settle_wait = 0.3
+    start = time.monotonic()
+    c.finish_round(3)
+    assert time.monotonic() - start >= 0.3
+
+
 def test_finish_round_logs_who_it_did_not_wait_for(caplog: pytest.LogCaptureFixture) -> None:
     c = local("a", "b", "c")
     say(c, 0, "a", {})

@@ -274,12 +274,6 @@ def validate(spec: Mapping[str, Any]) -> Recipe:
     return Recipe(**{f.name: built.get(f.name, values[f.name]) for f in dataclasses.fields(Recipe)})
 
 
-def section(cls: type[T], values: Any, name: str) -> T:
-    """Build a config dataclass (GameConfig, SwarmConfig, RunConfig) from its recipe section."""
-    later: _Later = []
-    return _check(values, _field_type(values, cls, name, later), name, later)[name]  # type: ignore[no-any-return]
-
-
 def _check(value: Any, type_: Any, path: str, later: _Later) -> dict[str, Any]:
     """Convert ``value`` to ``type_`` (made by :func:`_field_type`, which filled ``later``), then
     build the config dataclasses from the recipe's values: ``{path: dataclass}``."""

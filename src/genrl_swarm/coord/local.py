@@ -35,6 +35,7 @@ class LocalCoordinator(Coordinator):
         self.settle_wait = settle_wait
         self._cond = threading.Condition()
         self.peers: set[str] = set()
+        self._left: set[str] = set()  # peers that stopped playing: nobody waits for their reports
         self._round = 0
         # Open rounds: round -> peer -> reporter -> score; round -> reporters.
         self._scores: defaultdict[int, defaultdict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
@@ -47,6 +48,12 @@ class LocalCoordinator(Coordinator):
     def register(self, peer_id: str) -> None:
         with self._cond:
             self.peers.add(peer_id)
+            self._left.discard(peer_id)
+
+    def leave(self, peer_id: str) -> None:
+        with self._cond:
+            self._left.add(peer_id)
+            self._cond.notify_all()
 
     def current_round(self) -> int:
         with self._cond:
@@ -84,10 +91,10 @@ class LocalCoordinator(Coordinator):
             for settled in sorted(r for r in self._reporters if r + 1 < self._round):
                 self._freeze(settled)
             deadline = time.monotonic() + self.settle_wait
-            while not expected <= self._reporters[round]:
+            while not expected - self._left <= self._reporters[round]:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    missing = sorted(expected - self._reporters[round])
+                    missing = sorted(expected - self._left - self._reporters[round])
                     log.info("round %d settles without a report from %s (waited %.0fs)", round, ", ".join(missing), self.settle_wait)
                     break
                 self._cond.wait(left)

@@ -107,6 +107,7 @@ class GameManager:
         self._stop = threading.Event()
         self.book = SenderBook(trust or TrustConfig(), comm.peer_id)
         comm.claim_account(coordinator.account)  # signed into commitments: how peers credit it on chain
+        data.attach(self)
 
     @property
     def peer_id(self) -> str:
@@ -132,6 +133,8 @@ class GameManager:
         except RunInterrupted:
             self.interrupted = True
             log.info("%s stopped by request after %d round(s)", self.peer_id, played)
+        finally:  # an error too: the peers still playing must not wait for this one's reports
+            self.coordinator.leave(self.peer_id)
         _fire(self.hooks.after_game, self, results)
         return results
 

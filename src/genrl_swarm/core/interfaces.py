@@ -58,6 +58,20 @@ class DataManager(ABC):
         """A held-out split for evaluation; empty when the game has none."""
         return []
 
+    def attach(self, manager: Any) -> None:
+        """Called once by the ``core.game.GameManager`` this data manager serves (typed ``Any``:
+        ``core.game`` imports this module), to add hooks to its loop (a curriculum reads each
+        round's rewards); none by default."""
+
+    def state(self) -> dict[str, Any]:
+        """What this data manager learned while playing (a curriculum's level), JSON-able: saved
+        with each checkpoint and given to ``restore`` on resume. Empty when its tasks are a pure
+        function of the round."""
+        return {}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Take back what ``state`` returned (an empty mapping: a checkpoint without it)."""
+
 
 class RewardManager(ABC):
     """Rewards, always computed locally from this peer's task and the input it built."""
@@ -235,6 +249,10 @@ class Coordinator(ABC):
 
     def finish_round(self, round: int) -> None:
         """Called when this peer finished ``round``; coordinators with the role advance it."""
+
+    def leave(self, peer_id: str) -> None:
+        """``peer_id`` stopped playing (its last round, Ctrl-C, SIGTERM, an error): a coordinator
+        that waits for peers' reports stops waiting for its."""
 
     def standings(self) -> Mapping[str, float]:
         """Cumulative reward per peer, where the coordinator keeps it."""

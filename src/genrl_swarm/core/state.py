@@ -121,8 +121,8 @@ class GameState:
         self, stage: int, body: Body, seen: set[str], check: Check | None, allowed: Mapping[str, StageInput], whose: str
     ) -> tuple[str | None, DropKind]:
         own = allowed.get(body.task_id)
-        if own is None:
-            return f"task {body.task_id} is not one of {whose} stage-{stage} tasks", DropKind.REFUSED
+        if own is None:  # not evidence: which tasks a peer plays may differ between honest peers
+            return f"task {body.task_id} is not one of {whose} stage-{stage} tasks", DropKind.FOREIGN
         if body.task_id in seen:
             return f"a second body for task {body.task_id}", DropKind.REFUSED
         if body.input_digest != own.digest:  # stage 0 is the round's tasks, alike on every honest peer

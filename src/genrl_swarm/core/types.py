@@ -118,6 +118,7 @@ class DropKind(enum.StrEnum):
     COPY = "copy"  # another sender committed it first: de-duplicated, never held against anyone
     LATE = "late"  # no commitment, or no reveal, in time: timing is a difference of view
     VIEW = "view"  # answers an input built from payloads this peer does not hold as the sender named them
+    FOREIGN = "foreign"  # a task this peer does not play: honest peers' tasks can differ (per-peer mixes, curriculum levels)
 
     @property
     def hard(self) -> bool:

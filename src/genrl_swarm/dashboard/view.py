@@ -35,6 +35,7 @@ KIND_LABELS = {
     DropKind.COPY: "copy",
     DropKind.LATE: "late",
     DropKind.VIEW: "different view",
+    DropKind.FOREIGN: "not a task here",
 }
 
 

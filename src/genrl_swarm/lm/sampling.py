@@ -57,6 +57,39 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor
     return torch.searchsorted(cdf, torch.minimum(u, torch.nextafter(total, torch.zeros_like(total))), right=True)
 
 
+# Tokens per block of the two-level draw over the whole vocabulary (a multiple of 8 for vector loads).
+BLOCK = 256
+
+
+def draw_tempered(scaled: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A token per row of ``softmax(scaled)`` [R, V] and its log-prob, without normalising the row.
+
+    The same inverse-CDF draw as ``draw``, in two levels: the weights ``exp(scaled - max)`` are
+    summed per block of ``BLOCK`` tokens (float64), one uniform number picks a block from the
+    blocks' running sum and then a token from that block's own running sum, so only one block
+    per row is ever cumulated. Why: the one-level draw softmaxes the row, copies it to float64 and
+    cumulates all of it (~7 ms a step for 64 rows x 49k tokens here); this reads it three times
+    (~3 ms). A zero-weight token is never drawn: ``u`` stays strictly below the total and below
+    the chosen block's sum. The log-prob is ``scaled[token] - max - log(total)``, in float64."""
+    rows, vocab = scaled.shape
+    top = scaled.amax(-1, keepdim=True)
+    weights = (scaled - top).exp_()  # in [0, 1], the row's most likely token has weight 1
+    if vocab % BLOCK:
+        weights = torch.nn.functional.pad(weights, (0, BLOCK - vocab % BLOCK))  # weight 0: never drawn
+    blocks = weights.view(rows, -1, BLOCK)
+    cdf = blocks.sum(-1, dtype=torch.float64).cumsum(-1)
+    total = cdf[:, -1:]
+    zero = torch.zeros_like(total)
+    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=scaled.device) * total
+    block = torch.searchsorted(cdf, torch.minimum(u, torch.nextafter(total, zero)), right=True)
+    before = torch.where(block > 0, cdf.gather(-1, (block - 1).clamp(min=0)), zero)
+    inner = blocks[torch.arange(rows, device=scaled.device), block.squeeze(-1)].cumsum(-1, dtype=torch.float64)
+    rest = torch.minimum(u - before, torch.nextafter(inner[:, -1:], zero))
+    token = block * BLOCK + torch.searchsorted(inner, rest, right=True).clamp(max=BLOCK - 1)
+    logp = scaled.gather(-1, token).double() - top.double() - total.log()
+    return token.squeeze(-1), logp.squeeze(-1).float()
+
+
 # Candidates a nucleus is cut from before anything is sorted: sorting a 49k vocabulary for 64 rows
 # takes ~220 ms a step on one core, the top 256 ~12 ms. A row whose top candidates hold less than
 # top_p (+ NUCLEUS_SLACK, two float32 roundings of the running sum) is sorted in full instead.
@@ -119,11 +152,10 @@ def pick(
     if greedy:
         token = logits.argmax(-1)
         return token, torch.zeros(token.shape, dtype=torch.float32, device=logits.device)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature
     if top_p >= 1.0:
-        token = draw(probs, generator)
-        return token.squeeze(-1), probs.gather(-1, token).squeeze(-1).log()
-    return nucleus(probs, top_p, generator)
+        return draw_tempered(scaled, generator)
+    return nucleus(torch.softmax(scaled, dim=-1), top_p, generator)
 
 
 @torch.inference_mode()

@@ -18,6 +18,7 @@ from genrl_swarm.run.checkpoint import drop_part_from_older, save_checkpoint
 from genrl_swarm.run.metrics import metrics_row
 
 ROW_KEY = "row"  # the round's metrics row, in state.json
+DATA_KEY = "data"  # what the data manager learned while playing (DataManager.state), in state.json
 LEARNER = "learner"  # the part holding the learner's state (optimizer, scheduler, counters, RNG)
 
 
@@ -60,4 +61,4 @@ def parts(manager: GameManager) -> dict[str, Any]:
 
 def books(manager: GameManager) -> dict[str, Any]:
     reward, wins = manager.coordinator.tally(manager.peer_id)
-    return {"peer": manager.peer_id, "cumulative_reward": reward, "wins": wins}
+    return {"peer": manager.peer_id, "cumulative_reward": reward, "wins": wins, DATA_KEY: manager.data.state()}

@@ -25,11 +25,9 @@ from genrl_swarm.comm.torchrun import under_torchrun
 from genrl_swarm.config import (
     RecipeError,
     RunConfig,
-    SwarmConfig,
     import_target,
     instantiate,
     resolve,
-    section,
     validate,
 )
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
@@ -38,7 +36,7 @@ from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint
-from genrl_swarm.run.checkpointer import LEARNER, ROW_KEY, Checkpointer, parts
+from genrl_swarm.run.checkpointer import DATA_KEY, LEARNER, ROW_KEY, Checkpointer, parts
 from genrl_swarm.run.console import ConsoleTable
 from genrl_swarm.run.events import EventLog
 from genrl_swarm.run.metrics import MetricsLogger
@@ -66,11 +64,8 @@ def build_managers(
     """Check the whole recipe, then build one GameManager per peer hosted here, each holding
     the lock on its peer directory (a directory that holds a run needs ``resume`` or ``overwrite``)."""
     spec = resolve(cfg, rank=0)
-    validate(spec)
-    game: GameConfig = section(GameConfig, spec["game"], "game")
-    swarm: SwarmConfig = section(SwarmConfig, spec["swarm"], "swarm")
-    run: RunConfig = section(RunConfig, spec["run"], "run")
-    trust: TrustConfig = section(TrustConfig, spec["trust"], "trust")
+    recipe = validate(spec)
+    game, swarm, run, trust = recipe.game, recipe.swarm, recipe.run, recipe.trust
     comm_cls = import_target(spec["communication"]["_target_"], "communication._target_")
     if not (isinstance(comm_cls, type) and issubclass(comm_cls, ByteBackend)):
         raise RecipeError("communication._target_: must name a ByteBackend subclass")
@@ -174,6 +169,7 @@ def _build_game(
         coordinator.register(comm.peer_id)
         coordinator.restore(comm.peer_id, float(saved.get("cumulative_reward", 0.0)), int(saved.get("wins", 0)))
         manager.start_round, carried = checkpoint[0] + 1, saved.get(ROW_KEY)
+        manager.data.restore(saved.get(DATA_KEY) or {})
         comm.resume_at(manager.start_round)  # the transport counts catch-up jumps from here, not round 0
         log.info(
             "%s resumes from %s at round %d (cumulative reward %.3f)",

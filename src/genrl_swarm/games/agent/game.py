@@ -6,6 +6,14 @@ tasks of the round (each one body per peer) sharing the ``group`` the learner no
 Everything an episode needs (kind, seed, turn and token limits) is public, so it is in the
 stage input and its digest: peers whose settings differ do not accept each other's episodes.
 
+Curriculum. With ``curriculum`` (levels, easiest first, and a ``Promotion`` rule) every slot of a
+round plays this peer's current level, and the peer moves up once its own episodes' success rate
+at that level reaches the rule's threshold (``envd.tasks.curriculum``). Its level is public in
+every task it plays, so receivers rebuild and score its episodes; peers at the same level play the
+same instances (seeds depend on the round and slot only) and their groups join; a peer at another
+level does not accept them (not one of its tasks: a difference of view, never held against it).
+The level is saved with checkpoints (``state``) and restored on resume.
+
 Reward. A peer's claim is never read (an episode carries none): ``AgentReward`` replays every
 episode's model turns in this peer's own environment from the task's seed and takes that
 environment's reward. An episode whose prompt or tool results do not replay raises, which drops
@@ -14,18 +22,25 @@ it for the round and counts against its sender (``RewardManager.score_state``).
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genrl_swarm.agents.chat import ChatRenderer
 from genrl_swarm.agents.episodes import prefills, replay, task_spec
 from genrl_swarm.agents.shared_env import shared_env
-from genrl_swarm.core import DataManager, Episode, RewardManager, Rollout, StageInput, Task
+from genrl_swarm.core import DataManager, Episode, GameState, RewardManager, Rollout, RoundRewards, StageInput, Task
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.tasks import TASKS
+from genrl_swarm.envd.tasks.curriculum import Curriculum, Promotion
 from genrl_swarm.games.agent.shaping import Scored, Shaping, format_terms
 from genrl_swarm.lm.models import SMOLLM2
+
+if TYPE_CHECKING:
+    from genrl_swarm.core.game import GameManager
+
+log = logging.getLogger(__name__)
 
 
 def agent_task(kind: str, seed: int, copy: int, max_turns: int, max_tokens: int, prefill: Sequence[str] = ()) -> Task:
@@ -56,8 +71,14 @@ class AgentData(DataManager):
         prefill: Sequence[str] = (),
         mixes: Sequence[Sequence[str]] = (),
         rank: int = 0,
+        curriculum: Mapping[str, Any] | None = None,
     ) -> None:
-        if mixes:  # one task mix per peer (rank modulo the number of mixes); replaces ``tasks``
+        self.curriculum = None if curriculum is None else _curriculum(curriculum)
+        if self.curriculum is not None:  # the levels are the tasks; the current one plays every slot
+            if mixes:
+                raise ValueError("data.curriculum and data.mixes: choose one (a curriculum picks every slot's task)")
+            tasks = self.curriculum.levels
+        elif mixes:  # one task mix per peer (rank modulo the number of mixes); replaces ``tasks``
             if rank < 0 or not all(mixes):
                 raise ValueError(f"mixes: every mix needs a task and rank must be >= 0, got {list(map(list, mixes))}, rank {rank}")
             tasks = tuple(mixes[rank % len(mixes)])
@@ -74,15 +95,56 @@ class AgentData(DataManager):
         return random.Random(repr((self.seed, *parts))).randrange(1 << 31)
 
     def round_tasks(self, round: int) -> list[Task]:
+        kinds = (self.curriculum.level,) if self.curriculum is not None else self.kinds
         out = []
         for slot in range(self.per_round):
-            kind = self.kinds[(round * self.per_round + slot) % len(self.kinds)]
+            kind = kinds[(round * self.per_round + slot) % len(kinds)]
             seed = self._seed("round", round, slot)
             out += [agent_task(kind, seed, c, *self.limits, self.prefill) for c in range(self.group_size)]
         return out
 
     def eval_tasks(self) -> list[Task]:
         return list(self._eval)
+
+    def attach(self, manager: GameManager) -> None:
+        """After each round's scoring, read what ``AgentReward`` scored (which also keeps its list
+        from growing) and count this peer's own episodes of the round toward promotion."""
+        if isinstance(manager.reward, AgentReward):
+            manager.hooks.after_rewards.append(self._after_rewards)
+        elif self.curriculum is not None:
+            raise ValueError(f"data.curriculum needs the agent game's reward (AgentReward), got {type(manager.reward).__name__}")
+
+    def _after_rewards(self, manager: GameManager, state: GameState, rewards: RoundRewards) -> None:
+        assert isinstance(manager.reward, AgentReward)
+        scored = manager.reward.take_scored()
+        if self.curriculum is None:
+            return
+        for s in scored:  # own episodes of this round's tasks only: not evaluations, not the swarm's
+            if s.peer == manager.peer_id and s.task_id in state.tasks and self.curriculum.record(s.kind, s.success >= 1.0):
+                log.info("%s: promoted to %s in round %d", manager.peer_id, self.curriculum.level, state.round)
+
+    def state(self) -> dict[str, Any]:
+        if self.curriculum is None:
+            return {}
+        return {"level": self.curriculum.level, "recent": [bool(x) for x in self.curriculum.recent]}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        if self.curriculum is None or "level" not in state:
+            return
+        if state["level"] not in self.curriculum.levels:
+            raise ValueError(f"checkpoint: curriculum level {state['level']!r} is not one of data.curriculum.levels {list(self.curriculum.levels)}")
+        self.curriculum.at = self.curriculum.levels.index(state["level"])
+        self.curriculum.recent.clear()
+        self.curriculum.recent.extend(bool(x) for x in state.get("recent", ()))
+
+
+def _curriculum(spec: Mapping[str, Any]) -> Curriculum:
+    """``{levels: [...], window: 16, threshold: 0.5}`` from a recipe."""
+    unknown = sorted(set(spec) - {"levels", "window", "threshold"})
+    if unknown:
+        raise ValueError(f"curriculum: unknown key(s) {unknown} (known: levels, window, threshold)")
+    rule = Promotion(**{k: spec[k] for k in ("window", "threshold") if k in spec})
+    return Curriculum(levels=tuple(spec.get("levels") or Curriculum().levels), rule=rule)
 
 
 class AgentReward(RewardManager):
@@ -115,7 +177,7 @@ class AgentReward(RewardManager):
         replies = [(scaffold[k] if k < len(scaffold) else "") + self.renderer.reply_text(t.token_ids) for k, t in enumerate(model_turns)]
         kind = TASKS.get(spec.task)
         call, answer = format_terms(replies, [t.name for t in kind.tools] if kind else [])
-        scored = Scored(spec.task, success, call, answer)
+        scored = Scored(spec.task, success, call, answer, rollout.peer_id, task.id)
         self.scored.append(scored)
         return [scored.reward(self.shaping)]
 

@@ -37,6 +37,8 @@ class Scored:
     success: float
     call: float  # 1 when some model turn is a parsable call of one of the task's tools
     answer: float  # 1 when some model turn is a well-formed <answer>
+    peer: str = ""  # who played the episode
+    task_id: str = ""  # which task of the round it answered
 
     def reward(self, weights: Shaping) -> float:
         """What the learner trains on: success plus the weighted format terms."""
