@@ -48,7 +48,7 @@ demo-bandit: $(STAMP)
 MARL_DEMO_ARGS ?= game.max_rounds=40 policy.system.num_envs=64 learner.eval_every=8 run.dir=runs/demo-marl
 demo-marl: $(STAMP)
 	$(BIN)/genrl-swarm run --overwrite --recipe marl $(MARL_DEMO_ARGS)
-	$(BIN)/python -m genrl_swarm.marl.report runs/demo-marl
+	$(BIN)/python -m genrl_swarm.paradigms.marl.report runs/demo-marl
 
 # Agents on tools (docs/paradigms/agents.md): SmolLM2-135M-Instruct learns to call a calculator tool.
 # Held-out success on levels calculator-1 and -2 (AGENT_EVAL_N greedy episodes, seeds never trained

@@ -59,9 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the result here")
     args = p.parse_args(argv)
 
-    from genrl_swarm.agents.policy import AgentPolicy
     from genrl_swarm.games.agent.game import AgentData
     from genrl_swarm.games.agent.heldout import evaluate, heldout_tasks
+    from genrl_swarm.paradigms.agents.policy import AgentPolicy
 
     prefill = json.loads(args.prefill)
     data = AgentData(args.tasks, args.tasks_per_round, args.group_size, args.max_turns, args.max_tokens, 0, args.seed, prefill)

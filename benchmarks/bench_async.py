@@ -51,8 +51,8 @@ def make_data(tasks: int) -> Any:
 def run_sync(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[str, Any], threads: int) -> dict[str, Any]:
     import torch
 
-    from genrl_swarm.lm.policy import LMPolicy
-    from genrl_swarm.trainers.grpo import GRPOLearner
+    from genrl_swarm.paradigms.lm.learner import GRPOLearner
+    from genrl_swarm.paradigms.lm.policy import LMPolicy
 
     torch.set_num_threads(threads)
     data, reward = make_data(a.batch_groups), Digits()
@@ -86,8 +86,8 @@ def run_sync(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[st
 def run_async(a: argparse.Namespace, policy_kwargs: dict[str, Any], grpo: dict[str, Any], max_staleness: int) -> dict[str, Any]:
     import ray
 
-    from genrl_swarm.async_grpo.config import PipelineConfig
-    from genrl_swarm.async_grpo.pipeline import AsyncPipeline
+    from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig
+    from genrl_swarm.paradigms.lm.async_grpo.pipeline import AsyncPipeline
 
     t0 = time.perf_counter()
     cfg = PipelineConfig(num_workers=a.workers, max_staleness=max_staleness, batch_groups=a.batch_groups,

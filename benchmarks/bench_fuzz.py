@@ -296,7 +296,7 @@ def text_arena() -> Arena:
 
 def token_arena() -> Arena:
     from genrl_swarm.games.multistage_math import MultistageMathData, MultistageReward
-    from genrl_swarm.lm.policy import LMPolicy
+    from genrl_swarm.paradigms.lm.policy import LMPolicy
 
     policy = LMPolicy("tiny-random", {"num_generations": 4, "max_new_tokens": 512}, seed=0)
     encode = lambda text: list(policy.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731

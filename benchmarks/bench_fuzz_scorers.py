@@ -80,7 +80,7 @@ def main() -> None:
     port = listener.getsockname()[1]
     from transformers import AutoTokenizer
 
-    from genrl_swarm.lm.models import TINY, resolve_model_path
+    from genrl_swarm.paradigms.lm.models import TINY, resolve_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path(TINY)))
     texts = [tokenizer.decode(tokenizer(x, add_special_tokens=False)["input_ids"]) for x in payloads(marker, port)]

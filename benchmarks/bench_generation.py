@@ -35,7 +35,7 @@ import torch
 from common import machine, matmul_gflops, table
 
 from genrl_swarm.core import Task
-from genrl_swarm.lm.policy import LMPolicy
+from genrl_swarm.paradigms.lm.policy import LMPolicy
 
 ARMS: dict[str, dict[str, Any]] = {
     "lean-dynamic": {"sampler": "lean", "kv_cache": "dynamic"},

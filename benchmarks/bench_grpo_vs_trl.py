@@ -33,9 +33,9 @@ import torch
 from common import machine, matmul_gflops, table
 
 from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task
-from genrl_swarm.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
-from genrl_swarm.trainers.grpo import GRPOLearner
-from genrl_swarm.trainers.prefix import PrefixBatch
+from genrl_swarm.paradigms.lm.learner import GRPOLearner
+from genrl_swarm.paradigms.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
+from genrl_swarm.paradigms.lm.prefix import PrefixBatch
 
 #: The update levers: (row, GRPOConfig overrides). "main" is the learner before this work. On the
 #: per-sequence path ``bucket`` only sorts rows before cutting micro-batches: a no-op for PLAIN's
@@ -182,7 +182,7 @@ def trl(a: argparse.Namespace, questions: list[str], bf16: bool, checkpointing: 
     from trl import GRPOConfig
     from trl import GRPOTrainer as TRLGRPOTrainer
 
-    from genrl_swarm.lm.models import load_model
+    from genrl_swarm.paradigms.lm.models import load_model
 
     torch.manual_seed(0)
     model, tokenizer = load_model(a.model, dtype=model_dtype)

@@ -37,9 +37,9 @@ import numpy as np
 from common import machine, table
 
 from genrl_swarm.config import load_recipe
-from genrl_swarm.marl.config import EnvConfig, Scenario, SystemConfig
-from genrl_swarm.marl.report import eval_curves
-from genrl_swarm.marl.team import Team
+from genrl_swarm.paradigms.marl.config import EnvConfig, Scenario, SystemConfig
+from genrl_swarm.paradigms.marl.report import eval_curves
+from genrl_swarm.paradigms.marl.team import Team
 from genrl_swarm.run.launcher import run_recipe
 
 LBF = EnvConfig(scenario=Scenario("2s-8x8-2p-2f-coop", "lbf", {"grid_size": 8, "fov": 2, "num_agents": 2, "num_food": 2, "max_agent_level": 2, "force_coop": True}),
@@ -98,7 +98,7 @@ start = time.perf_counter()
 from genrl_swarm.cli import main
 import genrl_swarm.games.marl
 imported = time.perf_counter()
-from genrl_swarm.marl import cache
+from genrl_swarm.paradigms.marl import cache
 code = main(["run", "--overwrite", "--recipe", sys.argv[2], f"run.dir={sys.argv[1]}", "game.max_rounds=1", "learner.total_rounds=1000",
              "run.console=false", "run.plot=false", "run.tensorboard=false", *sys.argv[3:]])
 print(json.dumps({"code": code, "import_s": imported - start, "run_s": time.perf_counter() - imported, **cache.counts()}))

@@ -20,8 +20,8 @@ import time
 import torch
 from common import machine, table
 
-from genrl_swarm.lm.models import load_model
-from genrl_swarm.lm.sampling import PRECUT, _from_sorted, pick, ranked, sample
+from genrl_swarm.paradigms.lm.models import load_model
+from genrl_swarm.paradigms.lm.sampling import PRECUT, _from_sorted, pick, ranked, sample
 
 PROMPTS = [
     "What is 17 + 25? Answer inside <answer></answer>.",

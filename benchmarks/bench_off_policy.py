@@ -27,8 +27,8 @@ import torch
 from common import machine, mean_sd, table
 
 from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, StageInput, Task, TokenRollout, Weights
-from genrl_swarm.lm.policy import LMPolicy
-from genrl_swarm.trainers.grpo import GRPOLearner
+from genrl_swarm.paradigms.lm.learner import GRPOLearner
+from genrl_swarm.paradigms.lm.policy import LMPolicy
 
 METRICS = ("train/clip_frac", "train/behaviour_kl", "train/is_weight_mean", "train/is_weight_max", "train/is_truncated_frac")
 

@@ -19,7 +19,7 @@ import time
 import torch
 from common import machine, table
 
-from genrl_swarm.lm.models import load_model
+from genrl_swarm.paradigms.lm.models import load_model
 from genrl_swarm.run.threads import available_cores, thread_budget
 
 

@@ -94,7 +94,7 @@ GROUPS: dict[str, Group] = {
         ),
     ),
     "trainers": Group(
-        ("src/genrl_swarm/trainers/*.py",),
+        tuple(f"src/genrl_swarm/paradigms/lm/{m}.py" for m in ("learner", "grpo_loss", "logprobs", "precision", "prefix", "selection")),
         (
             "tests/test_grpo_loss.py",
             "tests/test_off_policy.py",
@@ -106,7 +106,10 @@ GROUPS: dict[str, Group] = {
         isolation="forkserver",
     ),
     "lm": Group(
-        ("src/genrl_swarm/lm/*.py",),
+        tuple(
+            f"src/genrl_swarm/paradigms/lm/{m}.py"
+            for m in ("answers", "decoder", "models", "policy", "sampling", "sampling_model", "static_sampling", "tiny")
+        ),
         ("tests/test_lm.py", "tests/test_reference_lm.py", "tests/test_grpo_loss.py", "tests/test_sampler_bf16.py", "tests/test_grpo_speed.py"),
         isolation="forkserver",
     ),
@@ -119,16 +122,20 @@ GROUPS: dict[str, Group] = {
         ("tests/test_agents_parsing.py", "tests/test_agents_tasks.py", "tests/test_agents_units.py"),
     ),
     "async": Group(
-        ("src/genrl_swarm/async_grpo/buffer.py", "src/genrl_swarm/async_grpo/staleness.py", "src/genrl_swarm/async_grpo/config.py"),
+        (
+            "src/genrl_swarm/paradigms/lm/async_grpo/buffer.py",
+            "src/genrl_swarm/paradigms/lm/async_grpo/staleness.py",
+            "src/genrl_swarm/paradigms/lm/async_grpo/config.py",
+        ),
         ("tests/test_async_units.py", "tests/test_async_rules.py"),
     ),
 }
 
 # Modules of the areas left out of the run, and why (printed under the table).
 NOT_RUN = {
-    "async_grpo/ (but buffer, staleness, config)": "Ray actors run in other processes, which mutmut's per-test coverage cannot see",
-    "marl/*.py": "every test jit-compiles JAX programs (~35 s for the math tests alone); mutants x tests is days on 2 cores",
-    "agents/ (but parsing, schema, arith, tasks)": "the sandbox, envd and training code run in worker processes or need the LM tests (minutes each)",
+    "paradigms/lm/async_grpo/ (but buffer, staleness, config)": "Ray actors run in other processes, which mutmut's per-test coverage cannot see",
+    "paradigms/marl/*.py": "every test jit-compiles JAX programs (~35 s for the math tests alone); mutants x tests is days on 2 cores",
+    "paradigms/agents/, envd/ (but parsing, schema, arith, tasks)": "the sandbox, envd and training code run in worker processes or need the LM tests (minutes each)",
     "comm/hivemind/*.py (but membership.py)": "each test starts p2pd daemons (seconds per test); mutants x tests is hours on 2 cores",
     "comm/torch_dist.py": "runs inside gloo worker processes that mutmut's per-test coverage cannot see",
 }

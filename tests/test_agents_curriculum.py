@@ -73,12 +73,12 @@ def test_shaped_reward_keeps_success_apart() -> None:
 @pytest.mark.slow
 def test_agent_reward_reports_success_and_format_apart() -> None:
     pytest.importorskip("transformers")
-    from genrl_swarm.agents.chat import ChatRenderer
-    from genrl_swarm.agents.episodes import Session, task_spec
-    from genrl_swarm.agents.shared_env import shared_env
     from genrl_swarm.core import Rollout
     from genrl_swarm.games.agent import AgentReward, agent_task
     from genrl_swarm.games.agent.game import load_tokenizer
+    from genrl_swarm.paradigms.agents.chat import ChatRenderer
+    from genrl_swarm.paradigms.agents.episodes import Session, task_spec
+    from genrl_swarm.paradigms.agents.shared_env import shared_env
 
     tokenizer = load_tokenizer("tiny-random")
     reward = AgentReward("tiny-random", env=shared_env("local"), renderer=ChatRenderer(tokenizer), shaping={"call": 0.1, "answer": 0.05})

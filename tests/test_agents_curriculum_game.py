@@ -13,15 +13,15 @@ import pytest
 
 pytest.importorskip("torch")  # genrl_swarm.games.agent loads the LM stack
 
-from genrl_swarm.agents.episodes import Session, prefills, task_spec
-from genrl_swarm.agents.policy import AgentPolicy
-from genrl_swarm.agents.shared_env import shared_env
 from genrl_swarm.comm import InMemoryBackend
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import Body, GameConfig, GameManager, RoundResult, StageInput
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.games.agent import AgentData, AgentReward
+from genrl_swarm.paradigms.agents.episodes import Session, prefills, task_spec
+from genrl_swarm.paradigms.agents.policy import AgentPolicy
+from genrl_swarm.paradigms.agents.shared_env import shared_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 

@@ -9,14 +9,14 @@ import pytest
 
 transformers = pytest.importorskip("transformers")  # the tiny model's tokenizer and weights
 
-from genrl_swarm.agents.episodes import ReplayMismatch, Session, task_spec
+from genrl_swarm.paradigms.agents.episodes import ReplayMismatch, Session, task_spec
 
 pytest.importorskip("torch")
-from genrl_swarm.agents.policy import AgentPolicy
-from genrl_swarm.agents.shared_env import shared_env
 from genrl_swarm.core import Episode, GameState, Task, Turn
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.games.agent import AgentData, AgentReward, agent_task
+from genrl_swarm.paradigms.agents.policy import AgentPolicy
+from genrl_swarm.paradigms.agents.shared_env import shared_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # LM episodes on the environment service
 

@@ -12,14 +12,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from genrl_swarm.agents.episodes import Session, replay, task_spec
-from genrl_swarm.agents.policy import AgentPolicy
 from genrl_swarm.envd import Action, EnvClient, Reset, SessionLost, StepResult, TaskSpec
 from genrl_swarm.envd.controller import EnvdConfig
 from genrl_swarm.envd.host import HostConfig
 from genrl_swarm.envd.local import LocalEnv
 from genrl_swarm.envd.protocol import Stats
 from genrl_swarm.games.agent import agent_task
+from genrl_swarm.paradigms.agents.episodes import Session, replay, task_spec
+from genrl_swarm.paradigms.agents.policy import AgentPolicy
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 

@@ -9,11 +9,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from genrl_swarm.agents.episodes import Session, prefills, replay, task_spec
-from genrl_swarm.agents.policy import AgentPolicy
-from genrl_swarm.agents.shared_env import shared_env
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.games.agent import AgentData, agent_task
+from genrl_swarm.paradigms.agents.episodes import Session, prefills, replay, task_spec
+from genrl_swarm.paradigms.agents.policy import AgentPolicy
+from genrl_swarm.paradigms.agents.shared_env import shared_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 

@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from genrl_swarm.agents.step_advantage import Advantage, anchor_keys, combine, returns_to_go, step_advantages
 from genrl_swarm.core import Episode, GameState, Rollout, RoundRewards, ScoredRollout, Task, Turn
+from genrl_swarm.paradigms.agents.step_advantage import Advantage, anchor_keys, combine, returns_to_go, step_advantages
 
 EPS = 1e-4
 
@@ -62,8 +62,8 @@ def test_step_advantages_by_hand() -> None:
 # --------------------------------------------------------------------------- the learner
 torch = pytest.importorskip("torch")
 
-from genrl_swarm.agents.learner import AgentLearner  # noqa: E402
-from genrl_swarm.lm.policy import LMPolicy  # noqa: E402
+from genrl_swarm.paradigms.agents.learner import AgentLearner  # noqa: E402
+from genrl_swarm.paradigms.lm.policy import LMPolicy  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,14 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # the tiny model's tokenizer and weights
 
-from genrl_swarm.agents.cross_policy import OWN, CrossPolicy
-from genrl_swarm.agents.episodes import Session, task_spec
-from genrl_swarm.agents.learner import AgentLearner, episode_sample, task_advantages
-from genrl_swarm.agents.policy import AgentPolicy
-from genrl_swarm.agents.shared_env import shared_env
 from genrl_swarm.core import Episode, GameState, Rollout, RoundRewards, ScoredRollout, Task
 from genrl_swarm.games.agent import agent_task
-from genrl_swarm.trainers.grpo_loss import grpo_loss
+from genrl_swarm.paradigms.agents.cross_policy import OWN, CrossPolicy
+from genrl_swarm.paradigms.agents.episodes import Session, task_spec
+from genrl_swarm.paradigms.agents.learner import AgentLearner, episode_sample, task_advantages
+from genrl_swarm.paradigms.agents.policy import AgentPolicy
+from genrl_swarm.paradigms.agents.shared_env import shared_env
+from genrl_swarm.paradigms.lm.grpo_loss import grpo_loss
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # LM training
 LIMITS = {"max_turns": 3, "max_tokens": 1000}  # the tiny tokenizer spends ~520 ids on a calculator prompt

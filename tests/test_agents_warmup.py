@@ -7,14 +7,14 @@ import pytest
 
 torch = pytest.importorskip("torch")  # genrl_swarm.games.agent loads the LM stack
 
-from genrl_swarm.agents.chat import ChatRenderer  # noqa: E402
-from genrl_swarm.agents.episodes import replay  # noqa: E402
-from genrl_swarm.agents.shared_env import shared_env  # noqa: E402
 from genrl_swarm.envd.tasks import TASKS  # noqa: E402
 from genrl_swarm.envd.types import TaskSpec  # noqa: E402
 from genrl_swarm.games.agent.game import AgentData, load_tokenizer  # noqa: E402
 from genrl_swarm.games.agent.heldout import heldout_seeds  # noqa: E402
 from genrl_swarm.games.agent.warmup import HELDOUT_RESERVE, IGNORE, sft_batch, solution, synthetic_episode, train, warmup_seeds  # noqa: E402
+from genrl_swarm.paradigms.agents.chat import ChatRenderer  # noqa: E402
+from genrl_swarm.paradigms.agents.episodes import replay  # noqa: E402
+from genrl_swarm.paradigms.agents.shared_env import shared_env  # noqa: E402
 
 PREFILL = ('<tool_call>{"name": "calculate", "arguments": {"expression": "', "<answer>")
 
@@ -71,7 +71,7 @@ def test_warmup_seeds_avoid_heldout_seeds_and_questions() -> None:
 def test_train_lowers_the_loss_on_model_tokens_only() -> None:
     from transformers import AutoModelForCausalLM
 
-    from genrl_swarm.lm.models import resolve_model_path
+    from genrl_swarm.paradigms.lm.models import resolve_model_path
 
     torch.manual_seed(0)
     renderer = ChatRenderer(load_tokenizer("tiny-random"))

@@ -18,13 +18,13 @@ import torch
 
 pytest.importorskip("ray")
 
-import genrl_swarm.async_grpo.pipeline as pipeline_module  # noqa: E402
-import genrl_swarm.async_grpo.worker as worker_module  # noqa: E402
-from genrl_swarm.async_grpo.buffer import Group, RolloutBuffer  # noqa: E402
-from genrl_swarm.async_grpo.config import PipelineConfig  # noqa: E402
-from genrl_swarm.async_grpo.pipeline import AsyncPipeline  # noqa: E402
-from genrl_swarm.async_grpo.weight_sync import export_state  # noqa: E402
+import genrl_swarm.paradigms.lm.async_grpo.pipeline as pipeline_module  # noqa: E402
+import genrl_swarm.paradigms.lm.async_grpo.worker as worker_module  # noqa: E402
 from genrl_swarm.core import TokenRollout, TokenSample  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.buffer import Group, RolloutBuffer  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.pipeline import AsyncPipeline  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.weight_sync import export_state  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a Ray cluster
 
@@ -130,7 +130,7 @@ def test_weights_reads_the_version_and_the_tensors_as_one_pair(monkeypatch: pyte
 def test_a_worker_loads_republished_weights_older_than_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """A resume republishes the checkpoint's version, older than what a worker that ran before
     the resume holds: it must load them, not keep sampling with the un-restored weights."""
-    from genrl_swarm.lm.policy import LMPolicy
+    from genrl_swarm.paradigms.lm.policy import LMPolicy
 
     monkeypatch.setattr(worker_module, "fetch", lambda box, timeout: box[0])
     worker = object.__new__(worker_module.RolloutWorker)
@@ -161,7 +161,7 @@ def test_act_tries_every_worker_within_one_deadline(monkeypatch: pytest.MonkeyPa
 def test_settle_finishes_generations_in_flight_and_trains_on_none_of_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """A resume settles first: what workers sampled before it (in flight or buffered) is counted
     and dropped, never trained on, and the staleness gate counts afresh from there."""
-    from genrl_swarm.async_grpo.worker import StepResult
+    from genrl_swarm.paradigms.lm.async_grpo.worker import StepResult
 
     pipe = _pipe(workers=2, max_staleness=1)
     pipe._dispatch()

@@ -18,10 +18,10 @@ ray = pytest.importorskip("ray")
 transformers = pytest.importorskip("transformers")  # the peers and workers are LMPolicy replicas
 
 pytest.importorskip("torch")
-from genrl_swarm.async_grpo.acting import WorkerPolicy  # noqa: E402
-from genrl_swarm.async_grpo.peer import AsyncGRPOLearner  # noqa: E402
 from genrl_swarm.config import load_recipe  # noqa: E402
 from genrl_swarm.core import GameManager, TokenRollout  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.acting import WorkerPolicy  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.peer import AsyncGRPOLearner  # noqa: E402
 from genrl_swarm.run.launcher import build_managers, run_managers  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a Ray cluster

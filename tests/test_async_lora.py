@@ -16,13 +16,13 @@ ray = pytest.importorskip("ray")
 transformers = pytest.importorskip("transformers")  # LMPolicy replicas
 peft = pytest.importorskip("peft")  # LoRA adapters
 
-from genrl_swarm.async_grpo.config import PipelineConfig  # noqa: E402
-from genrl_swarm.async_grpo.peer import policy_kwargs  # noqa: E402
-from genrl_swarm.async_grpo.pipeline import AsyncPipeline  # noqa: E402
-from genrl_swarm.async_grpo.weight_sync import export_state, import_state  # noqa: E402
 from genrl_swarm.core import RewardManager, Rollout, StageInput, Task  # noqa: E402
 from genrl_swarm.data.reasoning_gym import ReasoningGymData  # noqa: E402
-from genrl_swarm.lm.policy import LMPolicy  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.peer import policy_kwargs  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.pipeline import AsyncPipeline  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.weight_sync import export_state, import_state  # noqa: E402
+from genrl_swarm.paradigms.lm.policy import LMPolicy  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a Ray cluster
 

@@ -20,14 +20,14 @@ import pytest
 ray = pytest.importorskip("ray")
 transformers = pytest.importorskip("transformers")  # the workers are LMPolicy replicas (bound: needed whether or not lm imports it at module level)
 
-from genrl_swarm.async_grpo.config import PipelineConfig  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig  # noqa: E402
 
 pytest.importorskip("torch")
-from genrl_swarm.async_grpo.pipeline import AsyncPipeline  # noqa: E402
 from genrl_swarm.core import GameState, RewardManager, Rollout, RoundRewards, ScoredRollout, StageInput, Task  # noqa: E402
 from genrl_swarm.data.reasoning_gym import ReasoningGymData  # noqa: E402
-from genrl_swarm.lm.policy import LMPolicy  # noqa: E402
-from genrl_swarm.trainers.grpo import GRPOLearner  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.pipeline import AsyncPipeline  # noqa: E402
+from genrl_swarm.paradigms.lm.learner import GRPOLearner  # noqa: E402
+from genrl_swarm.paradigms.lm.policy import LMPolicy  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a Ray cluster
 

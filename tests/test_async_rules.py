@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
-from genrl_swarm.async_grpo.buffer import Group, RolloutBuffer
-from genrl_swarm.async_grpo.config import PipelineConfig, RayConfig
-from genrl_swarm.async_grpo.staleness import StalenessStats, weight
 from genrl_swarm.core import TokenRollout, TokenSample
+from genrl_swarm.paradigms.lm.async_grpo.buffer import Group, RolloutBuffer
+from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig, RayConfig
+from genrl_swarm.paradigms.lm.async_grpo.staleness import StalenessStats, weight
 
 
 def _group(version: int) -> Group:

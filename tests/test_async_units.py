@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from genrl_swarm.async_grpo.buffer import Group, RolloutBuffer
-from genrl_swarm.async_grpo.config import PipelineConfig, RayConfig
-from genrl_swarm.async_grpo.staleness import lag, weight
 from genrl_swarm.config import RecipeError, load_recipe, resolve, validate
 from genrl_swarm.core import TokenRollout, TokenSample
+from genrl_swarm.paradigms.lm.async_grpo.buffer import Group, RolloutBuffer
+from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig, RayConfig
+from genrl_swarm.paradigms.lm.async_grpo.staleness import lag, weight
 
 
 def group(version: int, source: str = "worker-0", reward: float = 1.0) -> Group:
@@ -77,7 +77,7 @@ def test_trainer_group_selects_the_async_learner_and_sync_changes_nothing() -> N
     spec = resolve(load_recipe("reasoning_gym", ["trainer=async_grpo", "learner.pipeline.max_staleness=1", "learner.ray.address=auto"]))
     validate(spec)
     learner = spec["learner"]
-    assert learner["_target_"] == "genrl_swarm.async_grpo.peer.AsyncGRPOLearner"
+    assert learner["_target_"] == "genrl_swarm.paradigms.lm.async_grpo.peer.AsyncGRPOLearner"
     assert learner["pipeline"]["max_staleness"] == 1 and learner["ray"]["address"] == "auto"
     assert learner["grpo"]["off_policy"] == "tis" and learner["data"]["_target_"] == spec["data"]["_target_"]  # the recipe's own sections stay
     assert resolve(load_recipe("reasoning_gym", ["trainer=sync"])) == resolve(load_recipe("reasoning_gym"))
@@ -87,8 +87,8 @@ def test_trainer_group_selects_the_async_learner_and_sync_changes_nothing() -> N
 
 def test_downweighted_group_scales_its_advantages() -> None:
     """``stale: downweight`` reaches the loss: the group's advantages, and only its, are scaled."""
-    from genrl_swarm.async_grpo.trainer import WeightedGRPOLearner, as_round
-    from genrl_swarm.lm.policy import LMPolicy
+    from genrl_swarm.paradigms.lm.async_grpo.trainer import WeightedGRPOLearner, as_round
+    from genrl_swarm.paradigms.lm.policy import LMPolicy
 
     policy = LMPolicy("tiny-random", {"num_generations": 2, "max_new_tokens": 4}, seed=0)
     learner = WeightedGRPOLearner(policy, {"num_local": -1}, seed=0)

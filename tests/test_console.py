@@ -161,11 +161,11 @@ def test_third_party_info_is_kept_off_the_console_but_not_warnings_ours_or_a_use
         caplog.set_level(logging.INFO)  # as the CLI logs
         logging.getLogger("jax._src.xla_bridge").info("Unable to initialize backend 'tpu'")
         logging.getLogger("jax._src.compilation_cache").warning("a real problem")
-        logging.getLogger("genrl_swarm.marl.cache").info("JAX compilation cache: ~/.cache")
+        logging.getLogger("genrl_swarm.paradigms.marl.cache").info("JAX compilation cache: ~/.cache")
         logging.getLogger("httpx").info("HTTP Request: GET")
         assert [(r.name, r.getMessage()) for r in caplog.records] == [
             ("jax._src.compilation_cache", "a real problem"),
-            ("genrl_swarm.marl.cache", "JAX compilation cache: ~/.cache"),
+            ("genrl_swarm.paradigms.marl.cache", "JAX compilation cache: ~/.cache"),
             ("httpx", "HTTP Request: GET"),
         ]
     finally:

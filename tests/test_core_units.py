@@ -221,8 +221,13 @@ def test_a_body_from_another_round_is_refused_as_an_unknown_task() -> None:
     state, inputs, _ = round_state(round=1)
     _, old_inputs, _ = round_state(round=0)
     drops = state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "p": [echo(old_inputs[0], "a")]})
-    assert [d.reason for d in drops] == [f"task {old_inputs[0].task_id} is not one of this peer's stage-0 tasks"]
+    assert [(d.reason, d.kind) for d in drops] == [(f"task {old_inputs[0].task_id} is not one of this peer's stage-0 tasks", "refused")]
     assert state.peers() == ["me"]
+    # Where honest peers' tasks can differ (DataManager.tasks_differ: per-peer mixes, curriculum
+    # levels) the same body is a difference of view, never counted toward quarantine.
+    state, inputs, _ = round_state(round=1)
+    drops = state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "p": [echo(old_inputs[0], "a")]}, tasks_differ=True)
+    assert [d.kind for d in drops] == ["foreign"] and not drops[0].kind.counted and not drops[0].kind.hard
 
 
 def test_record_keeps_rollouts_in_commitment_order_with_round_stage_and_text() -> None:

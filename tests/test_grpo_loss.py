@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 import torch
 
-from genrl_swarm.trainers.grpo_loss import clipped_surrogate, group_advantages, grpo_loss, k3_kl
+from genrl_swarm.paradigms.lm.grpo_loss import clipped_surrogate, group_advantages, grpo_loss, k3_kl
 
 
 def test_group_advantages_by_hand() -> None:
@@ -116,14 +116,14 @@ def test_micro_batches_accumulate_to_the_full_batch(aggregation: str, off_policy
     ],
 )  # fmt: skip
 def test_grpo_config_errors_name_the_field(field: str, value: Any, rule: str) -> None:
-    from genrl_swarm.trainers.grpo import GRPOConfig
+    from genrl_swarm.paradigms.lm.learner import GRPOConfig
 
     with pytest.raises(ValueError, match=f"^grpo.{field} must be {re.escape(rule)}, got {re.escape(repr(value))}$"):
         GRPOConfig(**{field: value})
 
 
 def test_grpo_config_accepts_its_boundaries() -> None:
-    from genrl_swarm.trainers.grpo import GRPOConfig
+    from genrl_swarm.paradigms.lm.learner import GRPOConfig
 
     GRPOConfig(learning_rate=0.0, num_epochs=1, micro_batch_size=1, epsilon_low=0.0, epsilon_high=0.0, num_local=-1,
                num_external=0, off_policy="none", is_cap=1.0, scale_rewards="none", loss_aggregation="sequence")  # fmt: skip
@@ -138,14 +138,14 @@ def test_grpo_config_accepts_its_boundaries() -> None:
     ],
 )  # fmt: skip
 def test_sampling_config_errors_name_the_field(field: str, value: Any, rule: str) -> None:
-    from genrl_swarm.lm.policy import SamplingConfig
+    from genrl_swarm.paradigms.lm.policy import SamplingConfig
 
     with pytest.raises(ValueError, match=f"^sampling.{field} must be {re.escape(rule)}, got {re.escape(repr(value))}$"):
         SamplingConfig(**{field: value})
 
 
 def test_sampling_config_accepts_its_boundaries() -> None:
-    from genrl_swarm.lm.policy import SamplingConfig
+    from genrl_swarm.paradigms.lm.policy import SamplingConfig
 
     SamplingConfig(num_generations=1, max_new_tokens=1, temperature=1e-3, top_p=1.0, sampler="hf")
     SamplingConfig(max_new_tokens=65536, top_p=1e-3, sampler="lean")
@@ -159,14 +159,14 @@ def test_empty_mask_gives_zero_loss_and_neutral_stats() -> None:
 
 
 def test_log_weights_are_capped_against_overflow() -> None:
-    from genrl_swarm.trainers.grpo_loss import MAX_LOG_WEIGHT, raw_weights
+    from genrl_swarm.paradigms.lm.grpo_loss import MAX_LOG_WEIGHT, raw_weights
 
     w = raw_weights(torch.tensor([[100.0, 1.0]]), torch.tensor([[0.0, 0.0]]))
     assert w[0].tolist() == pytest.approx([math.exp(MAX_LOG_WEIGHT), math.e], rel=1e-6) and MAX_LOG_WEIGHT == 20.0
 
 
 def test_a_weight_exactly_at_the_cap_is_kept_and_not_truncated() -> None:
-    from genrl_swarm.trainers.grpo_loss import importance_weights, raw_weights
+    from genrl_swarm.paradigms.lm.grpo_loss import importance_weights, raw_weights
 
     prox, behaviour = torch.tensor([[math.log(2.0), math.log(4.0)]]), torch.zeros(1, 2)
     cap = float(raw_weights(prox, behaviour)[0, 0])  # 2, as float32 computes it

@@ -27,12 +27,12 @@ import pytest
 pytest.importorskip("torch")
 import torch
 
-import genrl_swarm.trainers.logprobs as logprobs
+import genrl_swarm.paradigms.lm.logprobs as logprobs
 from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task, TokenRollout
-from genrl_swarm.lm.policy import LMPolicy
-from genrl_swarm.trainers.grpo import GRPOLearner, Sample
-from genrl_swarm.trainers.grpo_loss import group_advantages, grpo_loss
-from genrl_swarm.trainers.prefix import Chunking, SharedPrefixForward, group_by_prompt
+from genrl_swarm.paradigms.lm.grpo_loss import group_advantages, grpo_loss
+from genrl_swarm.paradigms.lm.learner import GRPOLearner, Sample
+from genrl_swarm.paradigms.lm.policy import LMPolicy
+from genrl_swarm.paradigms.lm.prefix import Chunking, SharedPrefixForward, group_by_prompt
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q", "Calculate 1 + 2.")  # the last repeats the first

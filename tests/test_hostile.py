@@ -315,7 +315,7 @@ def test_a_far_future_announcement_moves_a_peer_at_most_max_jump_rounds() -> Non
 
 
 def test_answer_extraction_is_linear_in_peer_text() -> None:
-    from genrl_swarm.lm.answers import extract_for, well_formatted
+    from genrl_swarm.paradigms.lm.answers import extract_for, well_formatted
 
     start = time.perf_counter()
     for text in ("<answer>" * 5000, "<ANSWER>" * 5000 + "</answer>", "\\boxed{" * 5000, "answer is " * 5000):

@@ -177,9 +177,9 @@ def test_tests_import_their_helpers_from_helpers_not_conftest(path: Path) -> Non
 
 
 def test_the_checker_sees_a_transitive_optional_import() -> None:
-    """genrl_swarm.games.marl imports jax through genrl_swarm.marl: the checker must know."""
+    """genrl_swarm.games.marl imports jax through genrl_swarm.paradigms.marl: the checker must know."""
     assert {"jax", "jumanji"} <= optional_needs("genrl_swarm.games.marl")
-    assert optional_needs("genrl_swarm.lm.policy") == {"torch"}  # transformers is imported where it is used
+    assert optional_needs("genrl_swarm.paradigms.lm.policy") == {"torch"}  # transformers is imported where it is used
     assert not optional_needs("genrl_swarm.core.types")
     assert not optional_needs("genrl_swarm.run.launcher")  # the core install has no torch (tests/test_torchless.py)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
-ROW = re.compile(r"^\| (\d+) \| `genrl_swarm\.(\w+)` \|")
+ROW = re.compile(r"^\| (\d+) \| `genrl_swarm\.([\w.]+)` \|")
 
 
 def layers(doc: str) -> dict[str, int]:
@@ -48,7 +48,12 @@ def modules(src: Path) -> dict[str, Path]:
 
 
 def package(module: str) -> str:
-    return module.split(".")[1] if module.count(".") else ""
+    """The row of the layer table a module belongs to: ``core`` for ``genrl_swarm.core.x``, and
+    one row per paradigm (``paradigms.lm`` for ``genrl_swarm.paradigms.lm.x``)."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "paradigms":
+        return ".".join(parts[1:3])
+    return parts[1] if len(parts) > 1 else ""
 
 
 def upward(src: Path, table: dict[str, int]) -> list[str]:
@@ -108,7 +113,7 @@ def cycles(src: Path) -> list[list[str]]:
 
 def test_every_package_imports_only_lower_layers():
     table = layers((ROOT / "docs/architecture.md").read_text())
-    assert {"core", "envd", "agents", "games", "cli"} <= set(table)
+    assert {"core", "envd", "paradigms", "paradigms.lm", "paradigms.agents", "paradigms.marl", "games", "cli"} <= set(table)
     assert upward(SRC, table) == []
 
 
@@ -119,7 +124,7 @@ def test_no_module_cycles():
 def test_the_environment_service_never_imports_the_training_side():
     mods = modules(SRC)
     envd = [n for n in mods if package(n) == "envd"]
-    assert envd and not [n for n in envd if any(package(t) == "agents" for t in imports(mods[n], set(mods)))]
+    assert envd and not [n for n in envd if any(package(t).startswith("paradigms") for t in imports(mods[n], set(mods)))]
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -134,15 +139,18 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path):
     src = _tree(tmp_path, {
         "__init__.py": "",
         "core/__init__.py": "",
-        "core/a.py": "def f():\n    import genrl_swarm.agents\n",
-        "agents/__init__.py": "",
-        "agents/b.py": "from genrl_swarm.agents.c import x\n",
-        "agents/c.py": "from genrl_swarm.agents.b import y\nfrom genrl_swarm.core import a\n",
+        "core/a.py": "def f():\n    import genrl_swarm.paradigms.agents\n",
+        "paradigms/__init__.py": "",
+        "paradigms/agents/__init__.py": "",
+        "paradigms/agents/b.py": "from genrl_swarm.paradigms.agents.c import x\n",
+        "paradigms/agents/c.py": "from genrl_swarm.paradigms.agents.b import y\nfrom genrl_swarm.core import a\n",
     })  # fmt: skip
-    assert upward(src, {"core": 1, "agents": 2}) == ["genrl_swarm.core.a (layer 1) imports genrl_swarm.agents (layer 2)"]
-    assert cycles(src) == [["genrl_swarm.agents.b", "genrl_swarm.agents.c"]]
-    assert upward(src, {"core": 2, "agents": 2}) == [
-        "genrl_swarm.agents.c (layer 2) imports genrl_swarm.core (layer 2)",
-        "genrl_swarm.agents.c (layer 2) imports genrl_swarm.core.a (layer 2)",
-        "genrl_swarm.core.a (layer 2) imports genrl_swarm.agents (layer 2)",
+    assert upward(src, {"core": 1, "paradigms": 0, "paradigms.agents": 2}) == [
+        "genrl_swarm.core.a (layer 1) imports genrl_swarm.paradigms.agents (layer 2)"
+    ]
+    assert cycles(src) == [["genrl_swarm.paradigms.agents.b", "genrl_swarm.paradigms.agents.c"]]
+    assert upward(src, {"core": 2, "paradigms": 0, "paradigms.agents": 2}) == [
+        "genrl_swarm.core.a (layer 2) imports genrl_swarm.paradigms.agents (layer 2)",
+        "genrl_swarm.paradigms.agents.c (layer 2) imports genrl_swarm.core (layer 2)",
+        "genrl_swarm.paradigms.agents.c (layer 2) imports genrl_swarm.core.a (layer 2)",
     ]

@@ -15,11 +15,11 @@ pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.core import GameState, Rollout, RoundRewards, RunInterrupted, ScoredRollout, StageInput, Task, TokenRollout, TokenSample, Weights
-from genrl_swarm.lm.answers import answers_match, extract_answer, extract_for, well_formatted
-from genrl_swarm.lm.models import ModelLoadError, load_model
-from genrl_swarm.lm.policy import LMPolicy
+from genrl_swarm.paradigms.lm.answers import answers_match, extract_answer, extract_for, well_formatted
+from genrl_swarm.paradigms.lm.learner import GRPOLearner
+from genrl_swarm.paradigms.lm.models import ModelLoadError, load_model
+from genrl_swarm.paradigms.lm.policy import LMPolicy
 from genrl_swarm.rewards.reasoning import ReasoningReward
-from genrl_swarm.trainers.grpo import GRPOLearner
 
 from helpers import Echo
 
@@ -77,7 +77,7 @@ def test_lean_greedy_equals_hf_generate(policy: LMPolicy) -> None:
 
 
 def test_draw_follows_the_probabilities_and_never_picks_a_zero() -> None:
-    from genrl_swarm.lm.sampling import draw
+    from genrl_swarm.paradigms.lm.sampling import draw
 
     probs = torch.tensor([[0.5, 0.2, 0.0, 0.1, 0.2, 0.0]]) * 0.7  # unnormalised, like a masked nucleus
     picks = draw(probs.repeat(100_000, 1), torch.Generator().manual_seed(0)).squeeze(1)
@@ -156,7 +156,7 @@ def test_texts_decode_without_special_tokens(policy: LMPolicy) -> None:
 
 
 def test_fingerprint_is_stable_and_tells_tokenizers_apart(policy: LMPolicy) -> None:
-    from genrl_swarm.lm.policy import tokenizer_fingerprint
+    from genrl_swarm.paradigms.lm.policy import tokenizer_fingerprint
 
     policy.tokenizer(["a", "bb b"], padding=True)  # calls that touch the backend's padding state
     policy.tokenizer(["a b c d"], truncation=True, max_length=2)  # and its truncation state
@@ -180,7 +180,7 @@ class VocabOnly:
 
 
 def test_fingerprint_of_a_tokenizer_without_backend_is_its_vocabulary() -> None:
-    from genrl_swarm.lm.policy import tokenizer_fingerprint
+    from genrl_swarm.paradigms.lm.policy import tokenizer_fingerprint
 
     a = tokenizer_fingerprint(VocabOnly({"a": 0, "b": 1}))
     assert a == tokenizer_fingerprint(VocabOnly({"b": 1, "a": 0})) and len(a) == 16
@@ -216,7 +216,7 @@ def test_prompt_ids_cache_is_bounded(policy: LMPolicy) -> None:
 def test_eos_ids_include_the_generation_config_ones(tmp_path: Path) -> None:
     import shutil
 
-    from genrl_swarm.lm.models import ensure_tiny_model
+    from genrl_swarm.paradigms.lm.models import ensure_tiny_model
 
     shutil.copytree(ensure_tiny_model(), tmp_path, dirs_exist_ok=True)
     config = json.loads((tmp_path / "generation_config.json").read_text())
@@ -227,7 +227,7 @@ def test_eos_ids_include_the_generation_config_ones(tmp_path: Path) -> None:
 
 
 def test_sampled_rows_clamp_rounding_above_zero() -> None:
-    from genrl_swarm.lm.sampling import Sampled
+    from genrl_swarm.paradigms.lm.sampling import Sampled
 
     rows = Sampled(torch.tensor([[5, 6, 7], [8, 9, 0]]), torch.tensor([[1e-7, -0.5, 0.3], [-1.0, -2.0, 0.0]]),
                    torch.tensor([2, 3]), torch.tensor([True, False])).rows()  # fmt: skip
@@ -263,7 +263,7 @@ def handmade(policy: LMPolicy, inp: StageInput) -> TokenRollout:
 
 
 def test_learner_trains_on_exactly_the_sampled_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    import genrl_swarm.trainers.grpo as grpo
+    import genrl_swarm.paradigms.lm.learner as grpo
 
     policy = make(seed=3)
     learner = GRPOLearner(policy, {"micro_batch_size": 16, "shared_prefix": False})  # full sequences; prefix path: test_grpo_speed.py
@@ -417,7 +417,7 @@ def test_missing_model_error_says_what_was_tried(tmp_path: Path) -> None:
 
 
 def test_devices_and_dtypes() -> None:
-    from genrl_swarm.lm.models import pick_device, pick_dtype
+    from genrl_swarm.paradigms.lm.models import pick_device, pick_dtype
 
     cpu = torch.device("cpu")
     assert pick_device("cpu") == cpu and pick_device("auto") == cpu  # no CUDA on this machine
@@ -429,8 +429,8 @@ def test_devices_and_dtypes() -> None:
 
 
 def test_model_paths_and_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from genrl_swarm.lm.models import SMOLLM2, _publish, cache_dir, ensure_tiny_model, resolve_model_path
-    from genrl_swarm.lm.tiny import VERSION
+    from genrl_swarm.paradigms.lm.models import SMOLLM2, _publish, cache_dir, ensure_tiny_model, resolve_model_path
+    from genrl_swarm.paradigms.lm.tiny import VERSION
 
     assert ensure_tiny_model().name == f"tiny-random-v{VERSION}-0"  # an older build's cache is never reused
     assert resolve_model_path("tiny-random") == ensure_tiny_model()
@@ -530,7 +530,7 @@ def test_answers_match(predicted: str | None, gold: str, same: bool) -> None:
 )
 def test_number_parses_bounded_plain_numbers_only(text: str, number: Fraction | int | None) -> None:
     """Completions are peer-controlled: a 1e30000000 would hold the GIL for minutes."""
-    from genrl_swarm.lm.answers import _number
+    from genrl_swarm.paradigms.lm.answers import _number
 
     assert _number(text) == number
 
@@ -545,7 +545,7 @@ def test_well_formatted_means_one_closed_non_empty_block(text: str, ok: bool) ->
 
 
 def test_last_number() -> None:
-    from genrl_swarm.lm.answers import last_number
+    from genrl_swarm.paradigms.lm.answers import last_number
 
     assert last_number("x 1,234.5 and -3/4") == "-3/4" and last_number("12, 13") == "13" and last_number("none") is None
 

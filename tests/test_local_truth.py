@@ -176,7 +176,7 @@ def test_one_peer_casts_one_vote_whatever_it_sends() -> None:
 def test_peer_text_cannot_make_answer_parsing_expensive() -> None:
     import time
 
-    from genrl_swarm.lm.answers import answers_match
+    from genrl_swarm.paradigms.lm.answers import answers_match
 
     start = time.perf_counter()
     assert not answers_match("1e30000000", "5") and not answers_match("9" * 100_000 + "/7", "5")

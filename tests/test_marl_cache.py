@@ -22,7 +22,7 @@ RUN = """
 import json, sys, time
 start = time.perf_counter()
 from genrl_swarm.cli import main
-from genrl_swarm.marl import cache
+from genrl_swarm.paradigms.marl import cache
 code = main(["run", "--overwrite", "--recipe", "marl/tiny", "game.max_rounds=1", "learner.total_rounds=100",
              f"run.dir={sys.argv[1]}", "run.console=false", "run.plot=false", "run.tensorboard=false"])
 print(json.dumps({"code": code, "dir": str(cache.cache_dir()), "seconds": time.perf_counter() - start, **cache.counts()}))

@@ -13,8 +13,8 @@ pytest.importorskip("jumanji")
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from genrl_swarm.marl.config import EnvConfig, Scenario, SystemConfig  # noqa: E402
-from genrl_swarm.marl.envs import MultiAgentEnv  # noqa: E402
+from genrl_swarm.paradigms.marl.config import EnvConfig, Scenario, SystemConfig  # noqa: E402
+from genrl_swarm.paradigms.marl.envs import MultiAgentEnv  # noqa: E402
 
 pytestmark = pytest.mark.slow  # JAX compiles each environment
 

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from genrl_swarm.marl.logs import METRIC, MarlEvalLog, episode_returns
-from genrl_swarm.marl.report import eval_curves, for_marl_eval
+from genrl_swarm.paradigms.marl.logs import METRIC, MarlEvalLog, episode_returns
+from genrl_swarm.paradigms.marl.report import eval_curves, for_marl_eval
 
 marl_eval = pytest.importorskip("marl_eval")
 from marl_eval.utils.data_processing_utils import create_matrices_for_rliable, data_process_pipeline  # noqa: E402

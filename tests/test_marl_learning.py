@@ -13,9 +13,9 @@ pytest.importorskip("jumanji")
 import numpy as np  # noqa: E402
 
 from genrl_swarm.config import load_recipe, resolve  # noqa: E402
-from genrl_swarm.marl.config import EnvConfig, SystemConfig  # noqa: E402
-from genrl_swarm.marl.replay import env_keys  # noqa: E402
-from genrl_swarm.marl.team import Team, batch_of, mean_return, side_by_side, team_for  # noqa: E402
+from genrl_swarm.paradigms.marl.config import EnvConfig, SystemConfig  # noqa: E402
+from genrl_swarm.paradigms.marl.replay import env_keys  # noqa: E402
+from genrl_swarm.paradigms.marl.team import Team, batch_of, mean_return, side_by_side, team_for  # noqa: E402
 
 pytestmark = pytest.mark.slow  # JAX training
 

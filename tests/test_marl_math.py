@@ -12,7 +12,7 @@ pytest.importorskip("flax")
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from genrl_swarm.marl import networks, ppo  # noqa: E402
+from genrl_swarm.paradigms.marl import networks, ppo  # noqa: E402
 
 
 def test_gae_matches_the_hand_computed_recursion_and_stops_at_a_done() -> None:

@@ -19,9 +19,10 @@ import numpy as np  # noqa: E402
 
 from genrl_swarm.config import instantiate, load_recipe, resolve  # noqa: E402
 from genrl_swarm.core import Array, Body, GameState, RoundResult, StageInput, Trajectory  # noqa: E402
-from genrl_swarm.games.marl import MarlData, MarlPolicy  # noqa: E402
-from genrl_swarm.marl import sharing  # noqa: E402
-from genrl_swarm.marl.replay import verifier_for  # noqa: E402
+from genrl_swarm.games.marl import MarlData  # noqa: E402
+from genrl_swarm.paradigms.marl import sharing  # noqa: E402
+from genrl_swarm.paradigms.marl.policy import MarlPolicy  # noqa: E402
+from genrl_swarm.paradigms.marl.replay import verifier_for  # noqa: E402
 from genrl_swarm.run.launcher import build_managers, run_managers  # noqa: E402
 
 pytestmark = pytest.mark.slow  # JAX training
@@ -256,7 +257,7 @@ def test_isolated_peers_use_no_peer_data(tmp_path: Path) -> None:
 
 
 def test_policy_and_learner_checkpoints_restore_weights_and_random_streams(honest: Any, tmp_path: Path) -> None:
-    from genrl_swarm.games.marl import MarlLearner
+    from genrl_swarm.paradigms.marl.learner import MarlLearner
 
     spec = resolve(load_recipe("marl/tiny", TINY))
     policy, _, _, _ = honest

@@ -12,9 +12,9 @@ pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task, TokenRollout, TokenSample
-from genrl_swarm.lm.policy import LMPolicy
-from genrl_swarm.trainers.grpo import GRPOLearner, Sample
-from genrl_swarm.trainers.grpo_loss import grpo_loss, importance_weights, k3_kl
+from genrl_swarm.paradigms.lm.grpo_loss import grpo_loss, importance_weights, k3_kl
+from genrl_swarm.paradigms.lm.learner import GRPOLearner, Sample
+from genrl_swarm.paradigms.lm.policy import LMPolicy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 LOG = math.log

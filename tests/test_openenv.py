@@ -207,8 +207,8 @@ def test_our_policy_plays_openenv_environments(envd_url: str, guess_url: str) ->
     """The tiny model's AgentPolicy plays through OpenEnvClient: envd's calculator (ENVD format)
     and the independent guessing game (TOOL format); each yields a well-formed Episode."""
     pytest.importorskip("transformers")
-    from genrl_swarm.agents.policy import AgentPolicy
     from genrl_swarm.games.agent import agent_task
+    from genrl_swarm.paradigms.agents.policy import AgentPolicy
 
     for client in (OpenEnvClient(envd_url, timeout=60), guess_client(guess_url, max_turns=2)):
         try:

@@ -1,7 +1,7 @@
 """The GRPO learner against plain, obviously-correct computations.
 
 The learner's default path forwards each distinct prompt once and its completions against the
-prompt's keys/values (trainers/prefix.py: shared prefix, length buckets, fused log-prob gather;
+prompt's keys/values (lm/prefix.py: shared prefix, length buckets, fused log-prob gather;
 micro-batch sizes 3 and 2 below cut the completions into several chunks and the prompts into
 several batches); its plain path packs left-padded prompt+completion sequences into
 micro-batches. Both run the LM head only over the completion positions, accumulate gradients
@@ -26,8 +26,8 @@ pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task, TokenRollout, TokenSample
-from genrl_swarm.lm.policy import LMPolicy
-from genrl_swarm.trainers.grpo import GRPOLearner, Sample
+from genrl_swarm.paradigms.lm.learner import GRPOLearner, Sample
+from genrl_swarm.paradigms.lm.policy import LMPolicy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q")

@@ -23,8 +23,8 @@ pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.core import Task, TokenRollout
-from genrl_swarm.lm.policy import LMPolicy
-from genrl_swarm.lm.sampling import pick
+from genrl_swarm.paradigms.lm.policy import LMPolicy
+from genrl_swarm.paradigms.lm.sampling import pick
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # sampling statistics over many draws
 #: Greedy replies of the tiny model end on EOS after 12, 15 and 8 tokens.
@@ -194,8 +194,8 @@ def test_the_top_k_precut_draws_what_a_full_sort_draws() -> None:
     """A vocabulary larger than the pre-cut: peaked rows (their top tokens hold top_p) draw the
     same tokens from the same stream as a full sort, flat rows fall back to the full sort and
     reach tokens ranked far past the pre-cut, and every log-prob is the renormalised nucleus's."""
-    from genrl_swarm.lm.sampling import PRECUT, _from_sorted, ranked
-    from genrl_swarm.lm.sampling import nucleus as sampled_nucleus
+    from genrl_swarm.paradigms.lm.sampling import PRECUT, _from_sorted, ranked
+    from genrl_swarm.paradigms.lm.sampling import nucleus as sampled_nucleus
 
     vocab, top_p = 4 * PRECUT, 0.9
     gen = torch.Generator().manual_seed(3)
@@ -218,7 +218,7 @@ def test_the_top_k_precut_draws_what_a_full_sort_draws() -> None:
 
 def test_top_p_one_draws_over_the_vocabulary_order() -> None:
     """No nucleus, no sort: the same stream as inverse-CDF over the tempered softmax."""
-    from genrl_swarm.lm.sampling import draw
+    from genrl_swarm.paradigms.lm.sampling import draw
 
     logits = LOGITS.repeat(500, 1)
     tokens, _ = pick(logits, 0.8, 1.0, False, torch.Generator().manual_seed(3))
@@ -234,8 +234,8 @@ def test_greedy_pick_is_the_argmax_with_log_prob_zero() -> None:
 # --------------------------------------------------------------------------- the tiny model
 def test_tiny_model_build_is_deterministic(tmp_path: Path) -> None:
     """A fresh build equals the cached one byte for byte (the cache may come from any process)."""
-    from genrl_swarm.lm.models import ensure_tiny_model
-    from genrl_swarm.lm.tiny import build_tiny_model
+    from genrl_swarm.paradigms.lm.models import ensure_tiny_model
+    from genrl_swarm.paradigms.lm.tiny import build_tiny_model
 
     cached = ensure_tiny_model()
     rng, threads = torch.get_rng_state(), torch.get_num_threads()

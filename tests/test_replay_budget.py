@@ -7,13 +7,13 @@ import pytest
 
 transformers = pytest.importorskip("transformers")  # the tiny model's tokenizer
 
-from genrl_swarm.agents.episodes import Session, task_spec
+from genrl_swarm.paradigms.agents.episodes import Session, task_spec
 
 pytest.importorskip("torch")
-from genrl_swarm.agents.policy import AgentPolicy
-from genrl_swarm.agents.shared_env import shared_env
 from genrl_swarm.core import Episode, GameState, Task
 from genrl_swarm.games.agent import AgentReward, agent_task
+from genrl_swarm.paradigms.agents.policy import AgentPolicy
+from genrl_swarm.paradigms.agents.shared_env import shared_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.core import Task, Weights
-from genrl_swarm.lm.policy import LMPolicy
+from genrl_swarm.paradigms.lm.policy import LMPolicy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 MEAN_ABS_LOGP = 0.02

@@ -12,7 +12,7 @@ from genrl_swarm.core import GameState, Rollout, ScoredRollout, StageInput
 from genrl_swarm.core.bodies import Body
 from genrl_swarm.data.digits import DigitArithmeticData
 from genrl_swarm.data.reasoning_gym import ReasoningGymData
-from genrl_swarm.trainers.selection import draw_external, sapo_select
+from genrl_swarm.paradigms.lm.selection import draw_external, sapo_select
 
 pytestmark = pytest.mark.slow  # LM training
 

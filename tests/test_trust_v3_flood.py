@@ -79,8 +79,8 @@ def test_grpo_a_swarm_token_never_weighs_more_than_an_own_token() -> None:
 
 
 def test_grpo_loss_caps_swarm_rows_only() -> None:
-    from genrl_swarm.trainers.grpo_loss import PLAUSIBLE_LOG_RATIO as PLAUSIBLE_LOG_RATIO_LM
-    from genrl_swarm.trainers.grpo_loss import importance_weights
+    from genrl_swarm.paradigms.lm.grpo_loss import PLAUSIBLE_LOG_RATIO as PLAUSIBLE_LOG_RATIO_LM
+    from genrl_swarm.paradigms.lm.grpo_loss import importance_weights
 
     prox = torch.zeros(2, 2)
     behaviour = torch.tensor([[-0.5, -50.0], [-0.5, -50.0]])
@@ -97,7 +97,7 @@ def test_grpo_one_sender_fills_at_most_its_cap_of_the_external_share() -> None:
     import random
 
     from genrl_swarm.core import Rollout, ScoredRollout
-    from genrl_swarm.trainers.selection import draw_external
+    from genrl_swarm.paradigms.lm.selection import draw_external
 
     flood = [ScoredRollout(Rollout("flooder", 0, 0, None), (1.0, 0.0)) for _ in range(8)]  # type: ignore[arg-type]
     honest = [ScoredRollout(Rollout("b", 0, 0, None), (1.0, 0.0))]  # type: ignore[arg-type]

@@ -151,7 +151,7 @@ class GameManager:
             mark = len(state.drops)
             rebuilt = self._rebuild(state, s, basis, exchange, received)
             tasks_of = functools.partial(self.data.tasks_for, r) if self.data.per_peer and s == 0 else None
-            state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of, rebuilt)
+            state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of, rebuilt, self.data.tasks_differ)
             metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(state.drops) - mark}
             _fire(self.hooks.after_stage, self, state, s, exchange)
             if per_stage:

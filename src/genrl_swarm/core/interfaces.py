@@ -38,6 +38,10 @@ class DataManager(ABC):
 
     #: Whether each peer plays its own questions (``tasks_for``) rather than the shared ones.
     per_peer: bool = False
+    #: Whether honest peers' shared tasks of a round can differ (per-peer task mixes, curriculum
+    #: levels): a body for a task this peer does not play is then a difference of view, not
+    #: evidence against its sender (``DropKind.FOREIGN``).
+    tasks_differ: bool = False
 
     @abstractmethod
     def round_tasks(self, round: int) -> list[Task]: ...

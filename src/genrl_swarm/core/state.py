@@ -57,6 +57,7 @@ class GameState:
         cpu_budget: float = math.inf,
         tasks_of: TasksOf | None = None,
         rebuilt: Mapping[str, Mapping[str, StageInput]] | None = None,
+        tasks_differ: bool = False,
     ) -> list[Drop]:
         """Store a stage: the inputs shown locally, and each peer's bodies (own included) that
         answer one of *those* inputs. A body for an unknown task, for an input other than the
@@ -71,7 +72,10 @@ class GameState:
         sender whose inputs were built from other earlier payloads than this peer's answers the
         inputs this peer rebuilt from them (kept on each ``Rollout.input``); a later-stage body
         for another input than the one this peer holds is a difference of view (``DropKind.VIEW``),
-        since what went into a later input depends on what each peer received."""
+        since what went into a later input depends on what each peer received. With
+        ``tasks_differ`` (``DataManager.tasks_differ``: honest peers' shared tasks can differ) a
+        body for a task this peer does not play is ``DropKind.FOREIGN``, never counted; otherwise
+        every honest peer holds the same tasks (or rebuilds the sender's), so it is ``REFUSED``."""
         mine = {i.task_id: i for i in inputs}
         self.inputs[stage] = dict(mine)
         known = self.sources.setdefault(stage, {})
@@ -95,7 +99,7 @@ class GameState:
                     dropped.append(Drop(peer, stage, None, why, DropKind.CPU))
                     break
                 try:
-                    reason, kind = self._refusal(stage, body, seen, check, allowed, "this peer's" if theirs is None else "the sender's")
+                    reason, kind = self._refusal(stage, body, seen, check, allowed, theirs is None, tasks_differ)
                     seen.add(body.task_id)  # a refused body still uses up its task: no retries
                     key = body.content_key() if reason is None else None
                     if key is not None and producers.setdefault((body.task_id, key), peer) != peer:
@@ -118,11 +122,12 @@ class GameState:
         return dropped
 
     def _refusal(
-        self, stage: int, body: Body, seen: set[str], check: Check | None, allowed: Mapping[str, StageInput], whose: str
+        self, stage: int, body: Body, seen: set[str], check: Check | None, allowed: Mapping[str, StageInput], mine: bool, differ: bool
     ) -> tuple[str | None, DropKind]:
         own = allowed.get(body.task_id)
-        if own is None:  # not evidence: which tasks a peer plays may differ between honest peers
-            return f"task {body.task_id} is not one of {whose} stage-{stage} tasks", DropKind.FOREIGN
+        if own is None:  # evidence unless honest peers' tasks differ (a sender's own tasks are rebuilt: always evidence)
+            why = f"task {body.task_id} is not one of {'this peer' if mine else 'the sender'}'s stage-{stage} tasks"
+            return why, DropKind.FOREIGN if mine and differ else DropKind.REFUSED
         if body.task_id in seen:
             return f"a second body for task {body.task_id}", DropKind.REFUSED
         if body.input_digest != own.digest:  # stage 0 is the round's tasks, alike on every honest peer

@@ -2,7 +2,7 @@
 parser, the tasks and the sandbox their tools run in; a controller routes sessions to worker
 processes whose sandboxed children run the task code; reachable in-process (``LocalEnv``) or
 over gRPC (``genrl-swarm envd``, ``RemoteEnv``). grpc is imported only by the gRPC modules, and
-nothing here imports the training side (``genrl_swarm.agents``)."""
+nothing here imports the training side (``genrl_swarm.paradigms.agents``)."""
 
 from genrl_swarm.envd.api import EnvClient, Environment, connect
 from genrl_swarm.envd.controller import EnvdConfig

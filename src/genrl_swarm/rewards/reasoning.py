@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from genrl_swarm.core import RewardManager, Rollout, StageInput, Task
-from genrl_swarm.lm.answers import answers_match, extract_for, tagged_answer, well_formatted
+from genrl_swarm.paradigms.lm.answers import answers_match, extract_for, tagged_answer, well_formatted
 from genrl_swarm.scoring import Audit, Scorer
 from genrl_swarm.scoring.registry import configure, limits_from
 from genrl_swarm.scoring.rg import score_entry

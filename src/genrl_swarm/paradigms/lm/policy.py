@@ -1,0 +1,286 @@
+"""LMPolicy: a Hugging Face causal LM that acts on stage inputs and emits token-level bodies.
+
+The policy owns everything that decides which ids a completion is made of: the model, the
+tokenizer, the chat template with its system prompt, and the sampler. A body records exactly
+what was sampled (ids, behaviour log-probs, why it ended), so a learner on this peer or any
+other trains on those ids and never re-tokenizes text. ``check`` is the receiving side of the
+same contract: a peer's body is usable only if it was made with this tokenizer, for the prompt
+ids this peer builds itself, within this peer's budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from genrl_swarm.core import Body, Policy, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
+from genrl_swarm.paradigms.lm.decoder import Decoder, supports
+from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, load_model
+from genrl_swarm.paradigms.lm.sampling import Sampled, hf_sample, sample
+from genrl_swarm.paradigms.lm.sampling_model import DTYPES, SamplingModel
+from genrl_swarm.paradigms.lm.static_sampling import StepFn, sample_static
+
+DEFAULT_SYSTEM_PROMPT = "You are a careful assistant. Reason briefly, then give only the final answer inside <answer></answer> tags."
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are drawn; the ``policy.sampling`` section of a recipe."""
+
+    num_generations: int = 4
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    sampler: Literal["lean", "hf"] = "lean"  # lean: genrl_swarm.paradigms.lm.sampling; hf: model.generate
+    #: The precision the sampler runs in. bfloat16 samples from a bf16 copy of the model, refreshed
+    #: whenever the (fp32) weights change; behaviour log-probs are then bf16's, and the learner's
+    #: off-policy correction absorbs the difference to its fp32 log-probs.
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    #: lean sampler only. static: keys/values in one preallocated buffer (lm.decoder; Llama and
+    #: Qwen2 models, others fall back); dynamic: the model's forward with a growing DynamicCache.
+    #: The fast setting is dtype=bfloat16 with kv_cache=static (1.5x fp32 here); dynamic stays the
+    #: default so a recipe that sets nothing samples exactly as before.
+    kv_cache: Literal["static", "dynamic"] = "dynamic"
+    #: static kv only: torch.compile the decode step. Measured not to pay on this CPU (tiny model,
+    #: 2026-11-22: ~9 min of compiling under load, recompiles per column, then 3x slower than eager).
+    compile: bool = False
+    #: torch threads while sampling (0: leave torch's setting). Decode multiplies small matrices
+    #: (rows x hidden); on a CPU shared with other busy processes, two spinning OpenMP threads can
+    #: run 5-10x slower than one, so a shared machine may want 1. Restored after each call.
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        for name, ok, rule in (
+            ("num_generations", self.num_generations >= 1, ">= 1"),
+            ("max_new_tokens", 1 <= self.max_new_tokens <= 65536, "in [1, 65536]"),
+            ("temperature", self.temperature > 0, "> 0"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+            ("sampler", self.sampler in ("lean", "hf"), "lean or hf"),
+            ("dtype", self.dtype in DTYPES, " or ".join(DTYPES)),
+            ("kv_cache", self.kv_cache in ("static", "dynamic"), "static or dynamic"),
+            ("threads", self.threads >= 0, ">= 0"),
+        ):
+            if not ok:
+                raise ValueError(f"sampling.{name} must be {rule}, got {getattr(self, name)!r}")
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A short hash of everything that maps text to ids: vocabulary, merges, normalisation,
+    special and added tokens, chat template. Two peers with equal fingerprints build the same
+    ids from the same text; the backend's padding/truncation state (changed by calls) is left out."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        spec = json.loads(backend.to_str())
+        spec.pop("padding", None)
+        spec.pop("truncation", None)
+    else:
+        spec = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    special = {k: getattr(tokenizer, f"{k}_token_id", None) for k in ("bos", "eos", "pad", "unk")}
+    blob = json.dumps([spec, special, getattr(tokenizer, "chat_template", None)], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+class LMPolicy(Policy):
+    """Samples ``num_generations`` completions per stage input and reports them as TokenRollouts."""
+
+    body_type = TokenRollout
+
+    def __init__(
+        self,
+        model: str = SMOLLM2,
+        sampling: SamplingConfig | Mapping[str, Any] | None = None,
+        lora: LoraSettings | Mapping[str, Any] | None = None,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        device: str = "auto",
+        dtype: str = "auto",
+        seed: int = 0,
+    ) -> None:
+        self.sampling = sampling if isinstance(sampling, SamplingConfig) else SamplingConfig(**(sampling or {}))
+        lora_cfg = lora if isinstance(lora, LoraSettings) or lora is None else LoraSettings(**lora)
+        self.system_prompt = system_prompt
+        self.lora = lora_cfg  # what a replica elsewhere is built with (async_grpo's workers and learner)
+        torch.manual_seed(seed)  # LoRA init and the hf sampler draw from the global RNG
+        self.model, self.tokenizer = load_model(model, device, dtype, lora_cfg)
+        self.device = next(self.model.parameters()).device
+        self.generator = torch.Generator(self.device).manual_seed(seed)  # this peer's sampling stream
+        configured = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        extra = configured if isinstance(configured, list) else [configured] if configured is not None else []
+        self.eos_ids: list[int] = sorted({self.tokenizer.eos_token_id, *extra})
+        self.vocab_size = int(self.model.get_input_embeddings().weight.shape[0])
+        self.fingerprint = tokenizer_fingerprint(self.tokenizer)
+        self.version = 0
+        self._stop = threading.Event()
+        self._prompt_cache: dict[str, list[int]] = {}
+        self._sampling_models: dict[str, SamplingModel] = {}
+        self._compiled: tuple[Any, StepFn] | None = None  # (module, its compiled decode step)
+
+    # ------------------------------------------------------------------ prompts
+    def chat(self, prompt: str) -> str:
+        """The text the model sees: the chat template with the system prompt, when there is one."""
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+            messages.append({"role": "user", "content": prompt})
+            return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+        return f"{self.system_prompt}\n\n{prompt}\n" if self.system_prompt else prompt
+
+    def prompt_ids(self, input: StageInput) -> list[int]:
+        """This peer's ids for ``input``: what it samples from and what peers' bodies must carry.
+        Cached by digest: ``check`` asks again for every peer's body of the same input."""
+        ids = self._prompt_cache.get(input.digest)
+        if ids is None:
+            if len(self._prompt_cache) > 4096:  # one round's inputs are what matters
+                self._prompt_cache.clear()
+            ids = self._prompt_cache[input.digest] = list(self.tokenizer(self.chat(input.prompt), add_special_tokens=False)["input_ids"])
+        return list(ids)
+
+    # ------------------------------------------------------------------ acting
+    def generate(self, prompts: Sequence[Sequence[int]], n: int, greedy: bool = False) -> Sampled:
+        """``n`` completions of each prompt (ids) in one batched call, with the configured sampler."""
+        cfg = self.sampling
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding: completions are appended on the right
+            ids[i, width - len(p) :], mask[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long), 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        self.model.eval()
+        saved = torch.get_num_threads()
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        try:
+            return self._generate(ids, mask, n, greedy)
+        finally:
+            torch.set_num_threads(saved)
+
+    def _generate(self, ids: torch.Tensor, mask: torch.Tensor, n: int, greedy: bool) -> Sampled:
+        cfg = self.sampling
+        model = self.sampling_model()
+        if cfg.sampler == "hf":
+            return hf_sample(model, ids, mask, n, cfg.max_new_tokens, self.eos_ids, self.tokenizer.pad_token_id,
+                             cfg.temperature, cfg.top_p, greedy, self._stop.is_set)  # fmt: skip
+        if cfg.kv_cache == "static" and supports(model):
+            decoder = Decoder(model)
+            return sample_static(decoder, ids, mask, n, cfg.max_new_tokens, self.eos_ids, cfg.temperature, cfg.top_p,
+                                 greedy, self.generator, self._stop.is_set, step_fn=self._step_fn(model, decoder))  # fmt: skip
+        return sample(model, ids, mask, n, cfg.max_new_tokens, self.eos_ids, cfg.temperature, cfg.top_p,
+                      greedy, self.generator, self._stop.is_set)  # fmt: skip
+
+    def sampling_model(self) -> Any:
+        """The module that samples: ``self.model`` itself, or its copy in ``sampling.dtype`` (made
+        current with this policy's weights on every call, see lm.sampling_model)."""
+        dtype = self.sampling.dtype
+        if dtype not in self._sampling_models:
+            self._sampling_models = {dtype: SamplingModel(dtype)}  # one copy at a time
+        return self._sampling_models[dtype].get(self.model)
+
+    def _step_fn(self, model: Any, decoder: Decoder) -> StepFn | None:
+        """The compiled decode step when ``sampling.compile`` (compiled once per module)."""
+        if not self.sampling.compile:
+            return None
+        if self._compiled is None or self._compiled[0] is not model:
+            self._compiled = (model, torch.compile(decoder.step, dynamic=True))
+        return self._compiled[1]
+
+    def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
+        """One TokenRollout per input (the stage is in each input's prompt and digest)."""
+        return [*self.rollouts(inputs, greedy)]
+
+    def rollouts(self, inputs: Sequence[StageInput], greedy: bool = False) -> list[TokenRollout]:
+        """``act``, typed: ``num_generations`` samples per input (one when ``greedy``).
+
+        Raises RunInterrupted when ``interrupt`` was called before or during sampling (the
+        request is consumed, so a reused policy acts normally afterwards)."""
+        try:
+            if self._stop.is_set():
+                raise RunInterrupted("interrupted before acting")
+            if not inputs:
+                return []
+            prompts = [self.prompt_ids(i) for i in inputs]
+            n = 1 if greedy else self.sampling.num_generations
+            rows = self.generate(prompts, n, greedy).rows()
+        except RunInterrupted:
+            self._stop.clear()
+            raise
+        return [
+            TokenRollout(
+                task_id=inp.task_id,
+                input_digest=inp.digest,
+                prompt_ids=tuple(prompt),
+                samples=tuple(
+                    TokenSample(tuple(ids), tuple(lps), "stop" if stopped else "length") for ids, lps, stopped in rows[k * n : (k + 1) * n]
+                ),
+                policy_version=self.version,
+                tokenizer=self.fingerprint,
+            )
+            for k, (inp, prompt) in enumerate(zip(inputs, prompts))
+        ]
+
+    def interrupt(self) -> None:
+        """Make a running (or the next) ``act`` raise RunInterrupted; the sampler polls the flag
+        between tokens, so a peer stops within one decoding step."""
+        self._stop.set()
+
+    # ------------------------------------------------------------------ receiving
+    def texts(self, body: Body) -> tuple[str, ...]:
+        if not isinstance(body, TokenRollout):
+            return ()
+        return tuple(self.tokenizer.batch_decode([list(s.completion_ids) for s in body.samples], skip_special_tokens=True))
+
+    def check(self, body: Body, input: StageInput) -> str | None:
+        """Why this peer cannot train on ``body`` as an answer to its own ``input``, or None."""
+        if not isinstance(body, TokenRollout):
+            return f"a {type(body).__name__} body, this policy takes TokenRollout"
+        if body.tokenizer != self.fingerprint:
+            return f"tokenizer fingerprint {body.tokenizer} differs from this peer's {self.fingerprint}"
+        own = self.prompt_ids(input)
+        if list(body.prompt_ids) != own:
+            return f"prompt_ids differ from the {len(own)} ids this peer builds for task {input.task_id}"
+        if len(body.samples) > self.sampling.num_generations:  # a budget: more samples, more scoring and training
+            return f"{len(body.samples)} samples, more than this peer's num_generations {self.sampling.num_generations}"
+        limit = self.sampling.max_new_tokens
+        for k, s in enumerate(body.samples):
+            if not s.completion_ids:
+                return f"sample {k} is an empty completion"
+            if len(s.completion_ids) > limit:
+                return f"sample {k} has {len(s.completion_ids)} tokens, more than this peer's max_new_tokens {limit}"
+        top = max(max(body.prompt_ids, default=0), max(max(s.completion_ids) for s in body.samples))
+        if top >= self.vocab_size:
+            return f"token id {top} is outside this peer's vocabulary of {self.vocab_size}"
+        return None
+
+    # ------------------------------------------------------------------ weights
+    def load_weights(self, weights: Weights) -> None:
+        """Act with ``weights`` from now on. In one process the learner hands over the module it
+        trains, which is this policy's own: nothing to copy. Otherwise a module or a state dict."""
+        state = weights.state
+        if state is not self.model:
+            self.model.load_state_dict(state.state_dict() if isinstance(state, torch.nn.Module) else state)
+        self.version = weights.version
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory / "model")
+        self.tokenizer.save_pretrained(directory / "model")
+        torch.save({"version": self.version, "sampling_rng": self.generator.get_state()}, directory / "policy.pt")
+
+    def load(self, directory: Path) -> None:
+        if hasattr(self.model, "peft_config"):
+            from peft import set_peft_model_state_dict
+            from peft.utils import load_peft_weights
+
+            set_peft_model_state_dict(self.model, load_peft_weights(str(directory / "model")))
+        else:
+            from transformers import AutoModelForCausalLM
+
+            saved = AutoModelForCausalLM.from_pretrained(str(directory / "model"), dtype=next(self.model.parameters()).dtype)
+            self.model.load_state_dict(saved.state_dict())
+        extra = torch.load(directory / "policy.pt", weights_only=False)
+        self.version = int(extra["version"])
+        self.generator.set_state(extra["sampling_rng"])

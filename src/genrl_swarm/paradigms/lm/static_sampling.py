@@ -1,0 +1,80 @@
+"""The lean sampler's loop over a preallocated KV buffer (``lm.decoder``).
+
+Same contract and same distribution as ``sampling.sample`` (it shares ``pick``): each prompt is
+prefilled once and fanned out to its ``n`` rows, behaviour log-probs come from the logits the
+tokens were drawn from, in the precision the model runs in. What differs is the cache: keys and
+values are written in place instead of concatenated, and finished rows are not copied out of
+the cache at every step. Copying the buffer costs about as much as a few decode steps, so rows
+are compacted only once at least ``compact_at`` of the batch has finished; until then a
+finished row rides along and its tokens are ignored. It still draws a random number, so with
+a fixed seed the samples equal the dynamic path's only until the first row finishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from genrl_swarm.core.interfaces import RunInterrupted
+from genrl_swarm.paradigms.lm.decoder import Decoder, KVBuffer
+from genrl_swarm.paradigms.lm.sampling import Sampled, pick
+
+StepFn = Callable[[torch.Tensor, torch.Tensor, KVBuffer, int], torch.Tensor]
+
+
+@torch.inference_mode()
+def sample_static(
+    decoder: Decoder,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    n: int,
+    max_new_tokens: int,
+    eos_ids: Sequence[int],
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    stop: Callable[[], bool] | None = None,
+    compact_at: float = 0.25,
+    step_fn: StepFn | None = None,
+) -> Sampled:
+    """``n`` completions of each left-padded prompt in ``input_ids`` [B, L] (see ``sampling.sample``).
+
+    ``step_fn`` replaces ``decoder.step`` (a compiled version of it, say)."""
+    advance: StepFn = step_fn or decoder.step
+    device = input_ids.device
+    width = input_ids.shape[1]
+    buffer, logits = decoder.prefill(input_ids, attention_mask, n, width + max_new_tokens)
+    position = attention_mask.sum(1).repeat_interleave(n)  # the next token's position in each row
+    total = logits.shape[0]
+    rows = torch.arange(total, device=device)  # which output row each batch row is
+    active = torch.ones(total, dtype=torch.bool, device=device)  # batch rows still generating
+    alive = total
+    ids = torch.zeros((total, max_new_tokens), dtype=torch.long, device=device)
+    logprobs = torch.zeros((total, max_new_tokens), dtype=torch.float32, device=device)
+    lengths = torch.zeros(total, dtype=torch.long, device=device)
+    stopped = torch.zeros(total, dtype=torch.bool, device=device)
+    eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
+    for step in range(max_new_tokens):
+        if stop is not None and stop():
+            raise RunInterrupted("generation interrupted")
+        token, token_logp = pick(logits, temperature, top_p, greedy, generator)
+        ids[rows, step], logprobs[rows, step] = token, token_logp  # finished rows write past their length: padding
+        ended = active & torch.isin(token, eos)
+        active &= ~ended
+        now = int(active.sum())  # one host sync per step decides everything below
+        if now < alive:
+            done = rows[ended]
+            stopped[done], lengths[done] = True, step + 1
+        alive = now
+        if step == max_new_tokens - 1 or alive == 0:
+            lengths[rows[active]] = step + 1  # cut at the token limit
+            break
+        if alive <= (1.0 - compact_at) * len(rows):
+            keep = active.nonzero().squeeze(1)
+            buffer = buffer.select(keep)
+            rows, token, position, active = rows[keep], token[keep], position[keep], active[keep]
+        logits = advance(token, position, buffer, width + step)
+        position = position + 1
+    return Sampled(ids, logprobs, lengths, stopped)

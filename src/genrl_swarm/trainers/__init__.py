@@ -1,1 +1,0 @@
-"""Learners. GRPO imports torch and transformers, so it is imported from its module."""
