@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 import pytest
 
@@ -32,8 +31,8 @@ class Scripted(AgentPolicy):
     """Calls the tool on the question's expression, then answers: the tool's result while
     ``solving`` says so for the round's level, a wrong number otherwise."""
 
-    def __init__(self, solving: dict[str, bool], **kwargs: Any) -> None:
-        super().__init__("tiny-random", {"max_new_tokens": 128}, seed=1, env=shared_env("local"), **kwargs)
+    def __init__(self, solving: dict[str, bool], max_new_tokens: int = 128) -> None:
+        super().__init__("tiny-random", {"max_new_tokens": max_new_tokens}, seed=1, env=shared_env("local"))
         self.solving = solving
 
     def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
@@ -58,12 +57,12 @@ def data() -> AgentData:
                      curriculum={"levels": LEVELS, "window": 4, "threshold": 0.75})  # fmt: skip
 
 
-def play(rounds: int, solvers: Sequence[dict[str, bool]]) -> tuple[dict[str, list[RoundResult]], list[AgentData]]:
+def play(rounds: int, solvers: Sequence[dict[str, bool]], limits: Sequence[int] = (128, 128)) -> tuple[dict[str, list[RoundResult]], list[AgentData]]:
     comms, datas, results = InMemoryBackend.spawn(len(solvers)), [data() for _ in solvers], dict[str, list[RoundResult]]()
     managers = [
-        GameManager(d, AgentReward("tiny-random", env="local"), Scripted(s), None, c, LocalCoordinator(),
+        GameManager(d, AgentReward("tiny-random", env="local"), Scripted(s, limit), None, c, LocalCoordinator(),
                     GameConfig(max_rounds=rounds, exchange_timeout=30), trust=TrustConfig(max_soft_drops=2))
-        for c, d, s in zip(comms, datas, solvers)
+        for c, d, s, limit in zip(comms, datas, solvers, limits)
     ]  # fmt: skip
     threads = [threading.Thread(target=lambda m=m: results.__setitem__(m.peer_id, m.run())) for m in managers]
     for t in threads:
@@ -82,10 +81,10 @@ def test_own_success_promotes_the_swarms_does_not_and_the_level_is_checkpointed(
     assert results["peer-0"][0].rewards == {"peer-0": 1.0, "peer-1": 0.0}  # as each scored them by replay
     assert results["peer-1"][0].rewards == {"peer-0": 1.0, "peer-1": 0.0}
     # peer-0: 4 of 4 own successes at calculator-1 -> promoted; then 0 of 4 at calculator-2: stays.
-    assert solver.state() == {"level": "calculator-2", "recent": [False] * 4}
+    assert solver.state() == {"curriculum": {"level": "calculator-2", "recent": [False] * 4}}
     assert {t.metadata["task"] for t in solver.round_tasks(7)} == {"calculator-2"}  # every slot plays the level
     # peer-1 held 4 successes a round (peer-0's) and was never promoted: only its own count.
-    assert failer.state() == {"level": "calculator-1", "recent": [False] * 4}
+    assert failer.state() == {"curriculum": {"level": "calculator-1", "recent": [False] * 4}}
     # From round 1 the two play different levels: neither accepts the other's episodes (not one of
     # its tasks), and that is a difference of view, not a fault: 4 such bodies a round, over
     # trust.max_soft_drops=2, and nobody is quarantined.
@@ -98,8 +97,12 @@ def test_own_success_promotes_the_swarms_does_not_and_the_level_is_checkpointed(
     fresh = data()
     fresh.restore(solver.state())
     assert fresh.state() == solver.state() and fresh.round_tasks(3)[0].metadata["task"] == "calculator-2"
-    with pytest.raises(ValueError, match="not one of data.curriculum.levels"):
-        fresh.restore({"level": "sql"})
+    for bad, why in [({"level": "sql"}, "not one of the levels"), ({"level": "calculator-2", "recent": "no"}, "true/false"),
+                     ({"level": "calculator-2", "recent": ["false"]}, "true/false"), (5, "a mapping"), ({"recent": []}, "a mapping")]:  # fmt: skip
+        with pytest.raises(ValueError, match=why):
+            fresh.restore({"curriculum": bad})
+    fresh.restore({"curriculum": {"level": "calculator-1", "recent": [True] * 50}})
+    assert fresh.state() == {"curriculum": {"level": "calculator-1", "recent": [True] * 4}}  # the window, not more
 
 
 def test_a_curriculum_needs_the_agent_reward_and_excludes_mixes() -> None:
@@ -107,5 +110,19 @@ def test_a_curriculum_needs_the_agent_reward_and_excludes_mixes() -> None:
         AgentData(mixes=[["calculator-1"]], curriculum={"levels": LEVELS})
     with pytest.raises(ValueError, match="unknown"):
         AgentData(curriculum={"levels": ["calculator-1", "chess"]})
-    with pytest.raises(ValueError, match="unknown key"):
+    with pytest.raises(TypeError, match="patience"):
         AgentData(curriculum={"levels": LEVELS, "patience": 3})
+    with pytest.raises(ValueError, match="each once"):
+        AgentData(curriculum={"levels": ["calculator-1", "calculator-1"]})
+    with pytest.raises(ValueError, match="at least one"):
+        AgentData(curriculum={"levels": []})
+
+
+def test_peers_whose_own_settings_differ_do_not_punish_each_other() -> None:
+    """Two honest peers on one level, one with a smaller max_new_tokens (its own setting, not the
+    task's): it cannot train on the other's longer turns and drops them as ``local``, which is
+    never held against the sender (it was a counted refusal, and quarantined it)."""
+    results, _ = play(2, [{"calculator-1": True}, {"calculator-1": True}], limits=(128, 40))
+    short = results["peer-1"]
+    assert all(r.dropped.get("peer-0") == 4 and r.metrics["trust/quarantined"] == 0 for r in short), [r.dropped for r in short]
+    assert all(r.metrics["trust/quarantined"] == 0 for r in results["peer-0"])

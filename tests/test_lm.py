@@ -14,7 +14,19 @@ import pytest
 pytest.importorskip("torch")
 import torch
 
-from genrl_swarm.core import GameState, Rollout, RoundRewards, RunInterrupted, ScoredRollout, StageInput, Task, TokenRollout, TokenSample, Weights
+from genrl_swarm.core import (
+    GameState,
+    Refusal,
+    Rollout,
+    RoundRewards,
+    RunInterrupted,
+    ScoredRollout,
+    StageInput,
+    Task,
+    TokenRollout,
+    TokenSample,
+    Weights,
+)
 from genrl_swarm.paradigms.lm.answers import answers_match, extract_answer, extract_for, well_formatted
 from genrl_swarm.paradigms.lm.learner import GRPOLearner
 from genrl_swarm.paradigms.lm.models import ModelLoadError, load_model
@@ -127,20 +139,23 @@ def test_check_refuses_foreign_or_forged_bodies(policy: LMPolicy) -> None:
     (body,) = policy.rollouts([inp])
     assert policy.check(body, inp) is None
     other = forge(body, tokenizer="0123456789abcdef")
-    assert policy.check(other, inp) == f"tokenizer fingerprint 0123456789abcdef differs from this peer's {policy.fingerprint}"
+    # what this peer's own model and settings decide is a local verdict, never held against the sender
+    assert policy.check(other, inp) == Refusal(f"tokenizer fingerprint 0123456789abcdef differs from this peer's {policy.fingerprint}", local=True)
     (elsewhere,) = inputs("Calculate 2 + 2.")
     assert "prompt_ids differ" in str(policy.check(forge(body, prompt_ids=tuple(policy.prompt_ids(elsewhere))), inp))
     assert "prompt_ids differ" in str(policy.check(forge(body, prompt_ids=body.prompt_ids[1:]), inp))
     s = body.samples[0]
     oov = TokenSample((*s.completion_ids[:-1], policy.vocab_size), s.logprobs, s.finish_reason)
     assert "outside this peer's vocabulary of 512" in str(policy.check(forge(body, samples=(oov,)), inp))
-    assert policy.check(forge(body, samples=(s, oov)), inp) == f"token id {policy.vocab_size} is outside this peer's vocabulary of 512"
+    assert policy.check(forge(body, samples=(s, oov)), inp) == Refusal(
+        f"token id {policy.vocab_size} is outside this peer's vocabulary of 512", local=True
+    )
     long = TokenSample((1,) * 7, (-1.0,) * 7, "length")
-    assert policy.check(forge(body, samples=(s, long)), inp) == "sample 1 has 7 tokens, more than this peer's max_new_tokens 6"
+    assert policy.check(forge(body, samples=(s, long)), inp) == Refusal("sample 1 has 7 tokens, more than this peer's max_new_tokens 6", local=True)
     assert policy.check(forge(body, samples=(TokenSample((1,) * 6, (-1.0,) * 6, "length"),)), inp) is None  # at the limit
     assert policy.check(forge(body, samples=(s, TokenSample((), (), "length"))), inp) == "sample 1 is an empty completion"
     many = body.samples * 2
-    assert policy.check(forge(body, samples=many), inp) == "6 samples, more than this peer's num_generations 3"
+    assert policy.check(forge(body, samples=many), inp) == Refusal("6 samples, more than this peer's num_generations 3", local=True)
     assert policy.check(forge(body, samples=body.samples[:1]), inp) is None  # fewer samples are fine
     assert policy.check(Echo(inp.task_id, inp.digest, ("x",)), inp) == "a Echo body, this policy takes TokenRollout"
     assert policy.texts(Echo(inp.task_id, inp.digest, ("x",))) == ()

@@ -24,7 +24,7 @@ import torch
 
 from genrl_swarm.core import Task, TokenRollout
 from genrl_swarm.paradigms.lm.policy import LMPolicy
-from genrl_swarm.paradigms.lm.sampling import pick
+from genrl_swarm.paradigms.lm.sampling import BLOCK, draw_tempered, pick
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # sampling statistics over many draws
 #: Greedy replies of the tiny model end on EOS after 12, 15 and 8 tokens.
@@ -255,3 +255,32 @@ def test_sampling_raises_no_deprecation_of_transformers(policy: LMPolicy, path: 
         warnings.simplefilter("always")
         policy.rollouts([Task.create(QUESTIONS[0]).input(0)])
     assert not [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]
+
+
+def test_the_two_level_draw_is_exact_at_block_edges_and_never_draws_a_zero_weight_token() -> None:
+    """``draw_tempered`` over a vocabulary that is not a multiple of its block (padding), with -inf
+    logits, an underflowing one and tokens at block edges: chi-square against the softmax, the
+    impossible tokens never drawn, and log-probs exact."""
+    vocab = 2 * BLOCK + 44
+    logits = torch.linspace(-3.0, 3.0, vocab).roll(7)
+    logits[[0, BLOCK - 1, BLOCK, vocab - 1]] = torch.tensor([2.5, float("-inf"), -200.0, float("-inf")])
+    probs = torch.softmax(logits.double(), -1)
+    tokens, logps = draw_tempered(logits.repeat(20_000, 1), torch.Generator().manual_seed(3))
+    counts = torch.bincount(tokens, minlength=vocab)
+    assert int(counts[[BLOCK - 1, BLOCK, vocab - 1]].sum()) == 0 and int(tokens.max()) < vocab
+    draws, likely = 20_000, probs > 1e-3  # cells expecting >= 20 draws
+    stat = float(((counts[likely] - draws * probs[likely]) ** 2 / (draws * probs[likely])).sum())
+    df = int(likely.sum()) - 1
+    assert stat < df * (1 - 2 / (9 * df) + 3.09 * math.sqrt(2 / (9 * df))) ** 3  # p = 0.001 (Wilson-Hilferty)
+    assert torch.allclose(logps.double(), probs.log()[tokens], atol=1e-5)
+
+
+def test_pick_survives_a_tiny_temperature_bf16_logits_and_no_rows() -> None:
+    logits = torch.tensor([[10.0, 9.0, -5.0], [0.0, 1.0, 2.0]])
+    tokens, logps = pick(logits, 1e-38, 1.0, False, None)  # logits / T overflowed to inf: a crash
+    assert tokens.tolist() == [0, 2] and logps.abs().max() < 1e-6  # the argmax, with probability 1
+    half = logits.bfloat16()
+    tokens, logps = draw_tempered(half, torch.Generator().manual_seed(0))
+    assert torch.allclose(logps.double(), torch.log_softmax(half.double(), -1).gather(-1, tokens[:, None]).squeeze(-1), atol=1e-6)
+    tokens, logps = pick(logits[:0], 0.7, 1.0, False, None)
+    assert tokens.shape == logps.shape == (0,)

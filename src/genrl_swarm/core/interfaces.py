@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from genrl_swarm.core.bodies import Body
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.trust import score_under_budget
-from genrl_swarm.core.types import Ref, Rollout, RoundResult, RoundRewards, StageInput, Task
+from genrl_swarm.core.types import Ref, Refusal, Rollout, RoundResult, RoundRewards, StageInput, Task
 
 
 class RunInterrupted(Exception):
@@ -111,9 +111,12 @@ class Policy(ABC):
     def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
         """One body per input, in order (``greedy``: the deterministic choice, for evaluation)."""
 
-    def check(self, body: Body, input: StageInput) -> str | None:
+    def check(self, body: Body, input: StageInput) -> str | Refusal | None:
         """Why a peer's body cannot be used by this policy (another tokenizer, an out-of-range
-        action, a budget), or None. Runs before the body is stored, scored or trained on."""
+        action, a budget), or None. Runs before the body is stored, scored or trained on. A plain
+        string counts against the sender (every honest peer must say the same); a
+        ``Refusal(reason, local=True)`` is this peer's own setting speaking (a tokenizer, a length
+        limit) and is never held against anyone."""
         return None
 
     def texts(self, body: Body) -> tuple[str, ...]:

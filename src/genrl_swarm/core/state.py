@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genrl_swarm.core.bodies import Body
-from genrl_swarm.core.types import Drop, DropKind, Ref, Rollout, StageInput, Task
+from genrl_swarm.core.types import Drop, DropKind, Ref, Refusal, Rollout, StageInput, Task
 
 #: (body, the input this peer built for its task) -> a reason to refuse it, or None.
-Check = Callable[[Body, StageInput], "str | None"]
+Check = Callable[[Body, StageInput], "str | Refusal | None"]
 #: body -> the text of each sample, derived by this peer (e.g. decoded with its own tokenizer).
 Derive = Callable[[Body], "tuple[str, ...]"]
 #: sender -> its stage-0 tasks this round, rebuilt by this peer (games with per-peer questions).
@@ -133,7 +133,8 @@ class GameState:
         if body.input_digest != own.digest:  # stage 0 is the round's tasks, alike on every honest peer
             why = f"answers input {body.input_digest}, this peer built {own.digest} for task {body.task_id}"
             return why, DropKind.REFUSED if stage == 0 else DropKind.VIEW
-        return (check(body, own) if check is not None else None), DropKind.REFUSED
+        verdict = check(body, own) if check is not None else None
+        return (verdict.reason, verdict.kind) if isinstance(verdict, Refusal) else (verdict, DropKind.REFUSED)
 
     @property
     def stages(self) -> list[int]:

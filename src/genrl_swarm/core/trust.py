@@ -96,7 +96,12 @@ class SenderBook:
                 if d.peer_id == self.me:
                     continue
                 self.totals[d.kind] += 1
-                if d.kind in (DropKind.COPY, DropKind.VIEW, DropKind.FOREIGN):  # framings, or honest differences: never held against anyone
+                if d.kind in (
+                    DropKind.COPY,
+                    DropKind.VIEW,
+                    DropKind.FOREIGN,
+                    DropKind.LOCAL,
+                ):  # framings, or honest differences: never held against anyone
                     continue
                 self.drops[(d.peer_id, d.kind)] += 1
                 self.last_seen[d.peer_id] = round

@@ -119,6 +119,7 @@ class DropKind(enum.StrEnum):
     LATE = "late"  # no commitment, or no reveal, in time: timing is a difference of view
     VIEW = "view"  # answers an input built from payloads this peer does not hold as the sender named them
     FOREIGN = "foreign"  # a task this peer does not play: honest peers' tasks can differ (per-peer mixes, curriculum levels)
+    LOCAL = "local"  # refused by this peer's own settings (its tokenizer, max_new_tokens, ...): honest peers' settings differ
 
     @property
     def hard(self) -> bool:
@@ -135,6 +136,22 @@ class DropKind(enum.StrEnum):
 # receiver charged 0.3 ms sandbox calls up to 3 s), which no other peer reproduces. The budget
 # still caps what a sender costs each round; it is not a proof against it.
 _HARD = frozenset({DropKind.PAYLOAD, DropKind.EQUIVOCATION, DropKind.BUDGET})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A ``Policy.check`` verdict that says what decided it. ``local``: this peer's own settings
+    (its model's tokenizer and vocabulary, its ``max_new_tokens``, its ``num_generations``), which
+    honest peers need not share, so the body is dropped (``DropKind.LOCAL``) and never held against
+    its sender. Otherwise (or a plain string) it is a check every honest peer reproduces alike
+    (``DropKind.REFUSED``, counted toward quarantine)."""
+
+    reason: str
+    local: bool = False
+
+    @property
+    def kind(self) -> DropKind:
+        return DropKind.LOCAL if self.local else DropKind.REFUSED
 
 
 @dataclass(frozen=True)

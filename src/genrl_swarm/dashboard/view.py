@@ -36,6 +36,7 @@ KIND_LABELS = {
     DropKind.LATE: "late",
     DropKind.VIEW: "different view",
     DropKind.FOREIGN: "not a task here",
+    DropKind.LOCAL: "this peer's settings",
 }
 
 

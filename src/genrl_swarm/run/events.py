@@ -67,7 +67,9 @@ class EventLog:
 
     def on_rewards(self, manager: GameManager, state: GameState, rewards: RoundRewards) -> None:
         """Every drop of the round is in ``state.drops`` once the rewards are scored."""
-        drops = [d for d in state.drops if d.peer_id != manager.peer_id]
+        # Evidence first (hard, then counted kinds), differences of view last: a sender cannot
+        # push a provable fault out of the log by sending many bodies nobody holds against it.
+        drops = sorted((d for d in state.drops if d.peer_id != manager.peer_id), key=lambda d: (not d.kind.hard, not d.kind.counted))
         for d in drops[: self.max_drops]:
             self._write(kind="drop", round=state.round, stage=d.stage, sender=clip(d.peer_id), drop=d.kind, reason=clip(d.reason))
         if len(drops) > self.max_drops:

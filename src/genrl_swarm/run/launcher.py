@@ -159,7 +159,10 @@ def _build_game(
     data, reward, policy = (instantiate(spec[k], k) for k in ("data", "reward", "policy"))
     learner = instantiate(spec["learner"], "learner", policy=policy) if spec.get("learner") else None
     policy = learner.acting_policy(policy) if learner is not None else policy
-    manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks(), trust=trust)
+    try:
+        manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks(), trust=trust)
+    except ValueError as e:  # a component that cannot serve this game (DataManager.attach's checks)
+        raise RecipeError(f"data: {e}") from e
     if not comm.in_process:  # a swarm in one process dies whole: no survivor holds a first commitment
         comm.keep_signed_log(directory / "last_signed")  # honoured on --resume and --overwrite alike
     checkpoint = latest_checkpoint(directory / "checkpoints") if resume else None
@@ -169,7 +172,10 @@ def _build_game(
         coordinator.register(comm.peer_id)
         coordinator.restore(comm.peer_id, float(saved.get("cumulative_reward", 0.0)), int(saved.get("wins", 0)))
         manager.start_round, carried = checkpoint[0] + 1, saved.get(ROW_KEY)
-        manager.data.restore(saved.get(DATA_KEY) or {})
+        try:
+            manager.data.restore(saved.get(DATA_KEY) or {})
+        except ValueError as e:
+            raise RecipeError(f"{checkpoint[1]}: data: {e} (a checkpoint of another recipe? --overwrite starts over)") from e
         comm.resume_at(manager.start_round)  # the transport counts catch-up jumps from here, not round 0
         log.info(
             "%s resumes from %s at round %d (cumulative reward %.3f)",

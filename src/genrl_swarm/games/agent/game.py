@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from genrl_swarm.core import DataManager, Episode, GameState, RewardManager, Rollout, RoundRewards, StageInput, Task
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.tasks import TASKS
-from genrl_swarm.envd.tasks.curriculum import Curriculum, Promotion
+from genrl_swarm.envd.tasks.curriculum import CurriculumConfig
 from genrl_swarm.games.agent.shaping import Scored, Shaping, format_terms
 from genrl_swarm.paradigms.agents.chat import ChatRenderer
 from genrl_swarm.paradigms.agents.episodes import prefills, replay, task_spec
@@ -71,9 +71,12 @@ class AgentData(DataManager):
         prefill: Sequence[str] = (),
         mixes: Sequence[Sequence[str]] = (),
         rank: int = 0,
-        curriculum: Mapping[str, Any] | None = None,
+        curriculum: CurriculumConfig | Mapping[str, Any] | None = None,
     ) -> None:
-        self.curriculum = None if curriculum is None else _curriculum(curriculum)
+        if isinstance(curriculum, Mapping):
+            given: dict[str, Any] = {k: tuple(v) if k == "levels" else v for k, v in curriculum.items()}
+            curriculum = CurriculumConfig(**given)
+        self.curriculum = None if curriculum is None else curriculum.build()
         if self.curriculum is not None:  # the levels are the tasks; the current one plays every slot
             if mixes:
                 raise ValueError("data.curriculum and data.mixes: choose one (a curriculum picks every slot's task)")
@@ -125,27 +128,11 @@ class AgentData(DataManager):
                 log.info("%s: promoted to %s in round %d", manager.peer_id, self.curriculum.level, state.round)
 
     def state(self) -> dict[str, Any]:
-        if self.curriculum is None:
-            return {}
-        return {"level": self.curriculum.level, "recent": [bool(x) for x in self.curriculum.recent]}
+        return {} if self.curriculum is None else {"curriculum": self.curriculum.state()}
 
     def restore(self, state: Mapping[str, Any]) -> None:
-        if self.curriculum is None or "level" not in state:
-            return
-        if state["level"] not in self.curriculum.levels:
-            raise ValueError(f"checkpoint: curriculum level {state['level']!r} is not one of data.curriculum.levels {list(self.curriculum.levels)}")
-        self.curriculum.at = self.curriculum.levels.index(state["level"])
-        self.curriculum.recent.clear()
-        self.curriculum.recent.extend(bool(x) for x in state.get("recent", ()))
-
-
-def _curriculum(spec: Mapping[str, Any]) -> Curriculum:
-    """``{levels: [...], window: 16, threshold: 0.5}`` from a recipe."""
-    unknown = sorted(set(spec) - {"levels", "window", "threshold"})
-    if unknown:
-        raise ValueError(f"curriculum: unknown key(s) {unknown} (known: levels, window, threshold)")
-    rule = Promotion(**{k: spec[k] for k in ("window", "threshold") if k in spec})
-    return Curriculum(levels=tuple(spec.get("levels") or Curriculum().levels), rule=rule)
+        if self.curriculum is not None and "curriculum" in state:
+            self.curriculum.restore(state["curriculum"])
 
 
 class AgentReward(RewardManager):

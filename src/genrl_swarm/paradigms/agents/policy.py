@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from genrl_swarm.core import Body, Episode, RunInterrupted, StageInput
+from genrl_swarm.core import Body, Episode, Refusal, RunInterrupted, StageInput
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.paradigms.agents.chat import ChatRenderer
 from genrl_swarm.paradigms.agents.cross_policy import OWN, CrossPolicy, CrossPolicyConfig
@@ -106,28 +106,30 @@ class AgentPolicy(LMPolicy):
             return ()
         return ("\n".join(self.renderer.reply_text(t.token_ids) for t in body.turns if t.role == "assistant"),)
 
-    def check(self, body: Body, input: StageInput) -> str | None:
+    def check(self, body: Body, input: StageInput) -> str | Refusal | None:
         """Why a peer's episode cannot be used here (the replay in the reward manager checks the
         environment's turns against this peer's environment), or None."""
         if not isinstance(body, Episode):
             return f"a {type(body).__name__} body, this policy takes Episode"
-        if body.tokenizer != self.fingerprint:
-            return f"tokenizer fingerprint {body.tokenizer} differs from this peer's {self.fingerprint}"
+        if body.tokenizer != self.fingerprint:  # this peer's model: a local verdict (see LMPolicy.check)
+            return Refusal(f"tokenizer fingerprint {body.tokenizer} differs from this peer's {self.fingerprint}", local=True)
         spec = task_spec(input.context)
         roles = [t.role for t in body.turns]
         if roles[0] != "user" or any(r != ("tool" if k % 2 else "assistant") for k, r in enumerate(roles[1:])):
             return "turns are not a prompt followed by alternating model and tool turns"
         own = self._prompts.get(input.digest)
         if own is not None and body.turns[0].token_ids != own:
-            return f"the prompt turn differs from the {len(own)} ids this peer built for task {input.task_id}"
+            return Refusal(f"the prompt turn differs from the {len(own)} ids this peer built for task {input.task_id}", local=True)
         model_turns = [t for t in body.turns if t.role == "assistant"]
         if spec.max_turns and len(model_turns) > spec.max_turns:
             return f"{len(model_turns)} model turns, more than the task's {spec.max_turns}"
-        if any(not t.token_ids or len(t.token_ids) > self.sampling.max_new_tokens for t in model_turns):
-            return f"a model turn is empty or longer than this peer's max_new_tokens {self.sampling.max_new_tokens}"
+        if any(not t.token_ids for t in model_turns):
+            return "an empty model turn"
+        if any(len(t.token_ids) > self.sampling.max_new_tokens for t in model_turns):
+            return Refusal(f"a model turn is longer than this peer's max_new_tokens {self.sampling.max_new_tokens}", local=True)
         top = max(max(t.token_ids, default=0) for t in body.turns)
         if top >= self.vocab_size:
-            return f"token id {top} is outside this peer's vocabulary of {self.vocab_size}"
+            return Refusal(f"token id {top} is outside this peer's vocabulary of {self.vocab_size}", local=True)
         return None
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import torch
 
-from genrl_swarm.core import Body, Policy, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
+from genrl_swarm.core import Body, Policy, Refusal, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
 from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, load_model
 from genrl_swarm.paradigms.lm.sampling import Sampled, hf_sample, sample
@@ -233,26 +233,28 @@ class LMPolicy(Policy):
             return ()
         return tuple(self.tokenizer.batch_decode([list(s.completion_ids) for s in body.samples], skip_special_tokens=True))
 
-    def check(self, body: Body, input: StageInput) -> str | None:
-        """Why this peer cannot train on ``body`` as an answer to its own ``input``, or None."""
+    def check(self, body: Body, input: StageInput) -> str | Refusal | None:
+        """Why this peer cannot train on ``body`` as an answer to its own ``input``, or None.
+        Verdicts that follow from this peer's own model and settings (tokenizer, prompt ids,
+        vocabulary, num_generations, max_new_tokens) are ``local``: never held against the sender."""
         if not isinstance(body, TokenRollout):
             return f"a {type(body).__name__} body, this policy takes TokenRollout"
         if body.tokenizer != self.fingerprint:
-            return f"tokenizer fingerprint {body.tokenizer} differs from this peer's {self.fingerprint}"
+            return Refusal(f"tokenizer fingerprint {body.tokenizer} differs from this peer's {self.fingerprint}", local=True)
         own = self.prompt_ids(input)
         if list(body.prompt_ids) != own:
-            return f"prompt_ids differ from the {len(own)} ids this peer builds for task {input.task_id}"
+            return Refusal(f"prompt_ids differ from the {len(own)} ids this peer builds for task {input.task_id}", local=True)
         if len(body.samples) > self.sampling.num_generations:  # a budget: more samples, more scoring and training
-            return f"{len(body.samples)} samples, more than this peer's num_generations {self.sampling.num_generations}"
+            return Refusal(f"{len(body.samples)} samples, more than this peer's num_generations {self.sampling.num_generations}", local=True)
         limit = self.sampling.max_new_tokens
         for k, s in enumerate(body.samples):
             if not s.completion_ids:
                 return f"sample {k} is an empty completion"
             if len(s.completion_ids) > limit:
-                return f"sample {k} has {len(s.completion_ids)} tokens, more than this peer's max_new_tokens {limit}"
+                return Refusal(f"sample {k} has {len(s.completion_ids)} tokens, more than this peer's max_new_tokens {limit}", local=True)
         top = max(max(body.prompt_ids, default=0), max(max(s.completion_ids) for s in body.samples))
         if top >= self.vocab_size:
-            return f"token id {top} is outside this peer's vocabulary of {self.vocab_size}"
+            return Refusal(f"token id {top} is outside this peer's vocabulary of {self.vocab_size}", local=True)
         return None
 
     # ------------------------------------------------------------------ weights

@@ -71,7 +71,10 @@ def draw_tempered(scaled: torch.Tensor, generator: torch.Generator | None) -> tu
     cumulates all of it (~7 ms a step for 64 rows x 49k tokens here); this reads it three times
     (~3 ms). A zero-weight token is never drawn: ``u`` stays strictly below the total and below
     the chosen block's sum. The log-prob is ``scaled[token] - max - log(total)``, in float64."""
+    scaled = scaled.float()  # the weights in float32 at least, whatever the model's dtype
     rows, vocab = scaled.shape
+    if rows == 0:
+        return torch.empty(0, dtype=torch.long, device=scaled.device), torch.empty(0, dtype=torch.float32, device=scaled.device)
     top = scaled.amax(-1, keepdim=True)
     weights = (scaled - top).exp_()  # in [0, 1], the row's most likely token has weight 1
     if vocab % BLOCK:
@@ -152,7 +155,9 @@ def pick(
     if greedy:
         token = logits.argmax(-1)
         return token, torch.zeros(token.shape, dtype=torch.float32, device=logits.device)
-    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature
+    scaled = logits.float()
+    if temperature != 1.0:  # the row's maximum first: a tiny temperature cannot overflow to inf
+        scaled = (scaled - scaled.amax(-1, keepdim=True)) / temperature
     if top_p >= 1.0:
         return draw_tempered(scaled, generator)
     return nucleus(torch.softmax(scaled, dim=-1), top_p, generator)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from genrl_swarm.core import Body, Policy, StageInput, TokenRollout, Weights
+from genrl_swarm.core import Body, Policy, Refusal, StageInput, TokenRollout, Weights
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class WorkerPolicy(Policy):
         self._stop.set()
         self.local.interrupt()
 
-    def check(self, body: Body, input: StageInput) -> str | None:
+    def check(self, body: Body, input: StageInput) -> str | Refusal | None:
         return self.local.check(body, input)
 
     def texts(self, body: Body) -> tuple[str, ...]:
