@@ -177,9 +177,25 @@ def test_the_cli_quiets_them_before_any_command_runs() -> None:
     import subprocess
     import sys
 
-    code = "import logging; from genrl_swarm.cli import main; main(['games']); print('levels', logging.getLogger('jax').level, logging.getLogger('genrl_swarm').level)"
+    code = "import logging; from genrl_swarm.cli import main; main(['games']); print('levels', logging.getLogger('jax._src').level, logging.getLogger('genrl_swarm').level)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
-    assert out.splitlines()[-1] == "levels 30 0"  # jax at WARNING, ours as configured (INFO from the root)
+    assert out.splitlines()[-1] == "levels 30 0"  # JAX's internals at WARNING, ours as configured (INFO from the root)
+
+
+def test_jax_imports_after_the_cli_quieted_it_and_hivemind_renamed_warning() -> None:
+    """hivemind renames logging.WARNING to "WARN"; JAX takes the ``jax`` logger's level name as its
+    logging flag at import and refuses "WARN". Quieting the ``jax`` logger itself made a MARL peer
+    on HiveMind crash at ``import jax``."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("hivemind")
+    pytest.importorskip("jax")
+    code = "from genrl_swarm.run.quiet import quiet_third_party; quiet_third_party(); import hivemind; import jax; print('imported')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().endswith("imported"), out.stderr[-500:]
 
 
 def test_a_torchrun_rank_prints_the_swarms_table_one_column_per_peer() -> None:

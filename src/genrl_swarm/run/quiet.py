@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import logging
 
-#: Libraries whose INFO records are internals, not news for whoever runs a swarm.
-CHATTY = ("jax", "absl", "httpx", "httpcore", "huggingface_hub", "urllib3", "filelock")
+#: Libraries whose INFO records are internals, not news for whoever runs a swarm. JAX's records
+#: come from ``jax._src.*``; the ``jax`` logger itself is left alone because JAX reads its level's
+#: *name* at import (the default of its ``jax_logging_level`` flag), and hivemind renames
+#: WARNING to "WARN", which JAX refuses: with both, ``import jax`` raised ValueError.
+CHATTY = ("jax._src", "absl", "httpx", "httpcore", "huggingface_hub", "urllib3", "filelock")
 
 
 def quiet_third_party() -> None:

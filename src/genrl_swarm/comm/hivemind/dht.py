@@ -59,7 +59,7 @@ class HivemindBackend(ByteBackend):
         max_jump: int = 50,
         catch_up_quorum: float = 0.5,
         max_concurrency: int = 32,
-        startup_timeout: float = 30.0,
+        startup_timeout: float = 120.0,
         call_timeout: float = 5.0,
         nat_traversal: bool = False,
         max_bytes: int = DEFAULT_MAX_BYTES,
