@@ -8,6 +8,7 @@ checked decoding are included). p50/p95 over ``--iters`` exchanges after one war
     python benchmarks/bench_exchange.py                       # torch (gloo), worlds 2 4 8
     python benchmarks/bench_exchange.py --backends torch hivemind --worlds 4 --sizes "256 KB" "4 MB"
     python benchmarks/bench_exchange.py --bandit 4            # 4-peer bandit: exchange time per round, gloo vs hivemind
+    python benchmarks/bench_exchange.py --backends torch hivemind --worlds 4 8 --sizes "16 KB" "256 KB" --repeats 5
 """
 
 from __future__ import annotations
@@ -178,11 +179,50 @@ def bandit_table(world: int, rounds: int) -> str:
     return table(["peers", "rounds", "gloo exchange ms/round p50", "hivemind exchange ms/round p50", "hivemind/gloo"], rows)
 
 
+def exchange_table(backends: list[str], worlds: list[int], iters: int, repeats: int) -> str:
+    """p50 and p95 per cell; with ``repeats`` > 1 the backends alternate (which goes first flips
+    each repeat, so load drifts hit both alike) and each cell shows the median over repeats of the
+    p50s with their range, and the median and range of the per-repeat ratio."""
+    p50s: dict[tuple[int, str, str], list[float]] = {}
+    p95s: dict[tuple[int, str, str], list[float]] = {}
+    before = os.getloadavg()[0]
+    for rep in range(repeats):
+        for world in worlds:
+            for kind in backends if rep % 2 == 0 else backends[::-1]:
+                for label, seconds in run(kind, world, iters).items():
+                    ms = sorted(t * 1000 for t in seconds)
+                    p50s.setdefault((world, label, kind), []).append(statistics.median(ms))
+                    p95s.setdefault((world, label, kind), []).append(ms[int(0.95 * (len(ms) - 1))])
+    rows = []
+    for world in worlds:
+        for label in SIZES:
+            row: list[object] = [world, label]
+            for kind in backends:
+                cell = p50s.get((world, label, kind))
+                row += [_spread(cell), _spread(p95s[(world, label, kind)])] if cell else ["refused (size limit)", "-"]
+            if len(backends) == 2:
+                pair = [p50s.get((world, label, k)) for k in backends]
+                row.append(_spread([h / t for t, h in zip(*pair)], "x") if pair[0] and pair[1] else "-")  # type: ignore[arg-type]
+            rows.append(row)
+    headers = ["world", "payload"] + [f"{k} {q} ms" for k in backends for q in ("p50", "p95")]
+    if len(backends) == 2:
+        headers.append(f"{backends[1]}/{backends[0]} p50")
+    return table(headers, rows) + f"\n{repeats} repeat(s); load average (1 min) {before:.1f} before, {os.getloadavg()[0]:.1f} after"
+
+
+def _spread(values: list[float], unit: str = "") -> str:
+    """One value, or the median of several with their range."""
+    if len(values) == 1:
+        return f"{values[0]:.{2 if unit else 1}f}{unit}"
+    return f"{statistics.median(values):.{2 if unit else 1}f}{unit} [{min(values):.{2 if unit else 1}f}-{max(values):.{2 if unit else 1}f}]"
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "hivemind"])
     p.add_argument("--worlds", nargs="+", type=int, default=[2, 4, 8])
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=1, help="alternate the backends this many times; cells show the median and range")
     p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="payload sizes to measure")
     p.add_argument("--bandit", type=int, default=0, metavar="PEERS", help="instead: exchange time per round of a bandit game, gloo vs hivemind")
     p.add_argument("--rounds", type=int, default=30, help="bandit rounds")
@@ -201,25 +241,9 @@ def main() -> None:
         print(f"exchange time per round (2 stages), each peer a process, loopback; rounds 1..{a.rounds - 1}, all peers")
         print(bandit_table(a.bandit, a.rounds))
         return
-    rows = []
-    for world in a.worlds:
-        measured = {kind: run(kind, world, a.iters) for kind in a.backends}
-        for label in SIZES:
-            row: list[object] = [world, label]
-            for kind in a.backends:
-                ms = sorted(t * 1000 for t in measured[kind].get(label, []))
-                row += [statistics.median(ms), ms[int(0.95 * (len(ms) - 1))]] if ms else ["refused (size limit)", "-"]
-            if len(a.backends) == 2 and all(label in measured[k] for k in a.backends):
-                row.append(f"{statistics.median(measured[a.backends[1]][label]) / statistics.median(measured[a.backends[0]][label]):.1f}x")
-            elif len(a.backends) == 2:
-                row.append("-")
-            rows.append(row)
-    headers = ["world", "payload"] + [f"{k} {q} ms" for k in a.backends for q in ("p50", "p95")]
-    if len(a.backends) == 2:
-        headers.append(f"{a.backends[1]}/{a.backends[0]} p50")
     print(machine())
     print(f"one exchange = every peer sends one payload and receives all others'; {a.iters} exchanges per cell, loopback")
-    print(table(headers, rows))
+    print(exchange_table(a.backends, a.worlds, a.iters, a.repeats))
 
 
 if __name__ == "__main__":

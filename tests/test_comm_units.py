@@ -743,3 +743,37 @@ def test_close_does_not_wait_for_a_stuck_loop_beyond_its_deadline() -> None:
     finally:
         release.set()
         a._thread.join(6)
+
+
+def test_a_peer_late_once_is_received_again_beside_a_member_that_stays_silent() -> None:
+    """The in-memory board: b misses round 0, c never commits; c's silence must not spend b's
+    short wait (before: a never received b again while c stayed). In round 1 b still waits out c
+    once itself; from round 2 on a receives b at every stage."""
+    swarm, (a, b, _) = board("a", "b", "c")
+    a.exchange(0, 0, [body()], timeout=0.5, body_type=Echo)  # b sits round 0 out; c never plays
+    for round in (1, 2, 3):
+        for stage in (0, 1):
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                mine = pool.submit(a.exchange, round, stage, [body()], 0.5, Echo)
+                pool.submit(b.exchange, round, stage, [body()], 0.5, Echo).result()
+            result = mine.result()
+            assert round == 1 or "b" in result.received and result.late == {"c"}, (round, stage, result.dropped)
+
+
+def test_an_honest_peer_a_little_behind_is_received_again_after_one_miss() -> None:
+    """h misses round 0, then starts every exchange 0.3 of the timeout after a: more than its short
+    wait, well within the full one. A short miss no longer renews its late mark (review: it was
+    never received again), so after LATE_WINDOW rounds a waits for it in full once and it is back."""
+    from genrl_swarm.core.trust import LATE_WINDOW
+
+    _, (a, h) = board("a", "h")
+    timeout = 1.0
+    a.exchange(0, 0, [body()], timeout=timeout, body_type=Echo)  # h sits round 0 out
+    received = []
+    for round in range(1, LATE_WINDOW + 4):
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            mine = pool.submit(a.exchange, round, 0, [body()], timeout, Echo)
+            time.sleep(0.3 * timeout)
+            pool.submit(h.exchange, round, 0, [body()], timeout, Echo).result()
+        received.append("h" in mine.result().received)
+    assert received[-2:] == [True, True], received

@@ -17,11 +17,16 @@ sees, in a phase or passed on, is remembered for a few rounds; two validly signe
 sender for one (round, stage) that differ are a proof of equivocation, which this peer acts on
 and passes on (``Envelope.evidence``).
 
-Waiting: the reveal phase waits the full deadline only for committers that are members (as the
-transport knows them) and were not late in the last ``LATE_WINDOW`` rounds; others (fresh ids,
-recent stallers) get ``FRESH_SHARE`` of the timeout, so a stream of new ids that commit and never
-reveal costs at most that short wait once per round, and a member that stalls costs one full wait per
-``LATE_WINDOW`` rounds. A transport's start gate (``ready``) runs before the deadline starts.
+Waiting: the reveal phase (and a transport's commit phase) waits the full deadline only for
+members (as the transport knows them) that were not late in the last ``LATE_WINDOW`` rounds;
+others (fresh ids, recent stallers) get ``FRESH_SHARE`` of the timeout (``short_wait``). Once a
+member stays silent through its short wait it gets none again that round, and ids that are not
+members share one such budget a round: a stream of new ids that commit and never reveal costs at
+most one short wait a round, a member that stalls one full wait per ``LATE_WINDOW`` + 1 rounds
+and a short wait a round in between (only a missed full wait marks a peer late: ``_missed``),
+and a member that was late once is still waited for its own short wait beside them (one budget
+for all let a silent member starve it). A transport's start gate (``ready``) runs before the
+deadline starts.
 """
 
 from __future__ import annotations
@@ -91,6 +96,10 @@ class ByteBackend(Communication):
         self.dropped_total = 0  # bad payloads over this backend's life
         #: Senders this peer quarantines this exchange: transports do not wait for them.
         self.quarantined: frozenset[str] = frozenset()
+        #: Committed payload sizes of this exchange's committers (set before the reveal phase): a
+        #: transport may pick how to fetch by size. Never a limit: a payload of another size is
+        #: still fetched, and then dropped as not matching its commitment (provable).
+        self.committed_sizes: dict[str, int] = {}
         #: (round, stage, sender) -> (payload sha256, signed commitment): every commitment seen.
         self._records: dict[tuple[int, int, str], tuple[bytes, bytes]] = {}
         #: sender -> (round, two of its signed commitments for one (round, stage) that differ).
@@ -99,7 +108,11 @@ class ByteBackend(Communication):
         self.signed_log: Path | None = None  # where the last (round, stage) this identity signed is kept
         self._signed_before: tuple[int, int] | None = None  # ... as read when this peer resumed
         self.fresh_wait = 0.0  # seconds FRESH_SHARE of the current exchange's timeout is
-        self._fresh_spent = -1  # the round whose short wait a fresh or late committer used up
+        #: member -> the round it stayed silent through its short wait: it gets none again that round.
+        #: Per member, so a member that stays silent never spends the short wait of one that was late
+        #: once; ids that are not members (a stream of fresh ones) share one budget a round.
+        self._silent: dict[str, int] = {}
+        self._strangers_silent = -1
 
     @classmethod
     def peers_in_process(cls, num_peers: int) -> int:
@@ -173,6 +186,31 @@ class ByteBackend(Communication):
         """An established member not late in the last ``LATE_WINDOW`` rounds: worth the full wait."""
         return self.is_member(peer) and self._late.get(peer, -LATE_WINDOW - 1) < round - LATE_WINDOW
 
+    def short_wait(self, peers: Collection[str], round: int, left: float) -> float:
+        """How long to wait for ``peers`` (not punctual): ``fresh_wait``, unless every member among
+        them already stayed silent through it this round and so did the ids that are not members
+        (then 0: a transport still asks once)."""
+        members = [p for p in peers if self.is_member(p)]
+        owed = any(self._silent.get(p) != round for p in members) or (len(members) < len(peers) and self._strangers_silent != round)
+        return min(self.fresh_wait, left) if owed else 0.0
+
+    def _missed(self, peers: Collection[str], round: int) -> None:
+        """``peers`` sent nothing in time. Only a miss of the full wait makes a peer late: one that
+        missed its short wait keeps the mark it has, so after ``LATE_WINDOW`` rounds it is waited
+        for in full once more (an honest peer a little behind the others comes back then; before,
+        each short miss renewed the mark and it never did)."""
+        for peer in peers:
+            if self.punctual(peer, round):
+                self._late[peer] = round
+
+    def stayed_silent(self, peers: Collection[str], round: int) -> None:
+        """``peers`` did not answer within their short wait: none for them again this round."""
+        for peer in peers:
+            if self.is_member(peer):
+                self._silent[peer] = round
+            else:
+                self._strangers_silent = round
+
     def verify(self, sender: str, message: bytes, signature: bytes) -> bool:
         return verify_key(self.keys.get(sender) or public_key_of(sender), message, signature)
 
@@ -201,6 +239,7 @@ class ByteBackend(Communication):
         dropped: dict[str, str] = {}
         proven = set(self.proofs)
         commits = self._commitments(mine, deadlines.commit, dropped)
+        self.committed_sizes = {s: c.size for s, c in commits.items()}
         reveal = self._reveal(round, stage, payload, commits, deadlines.reveal)
         received: dict[str, tuple[Body, ...]] = {}
         bases: dict[str, tuple[Ref, ...]] = {}
@@ -217,7 +256,7 @@ class ByteBackend(Communication):
                 dropped[sender] = str(e)
                 if sender not in reveal.payloads:
                     late.add(sender)
-                    self._late[sender] = round
+                    self._missed([sender], round)
         equivocators = {p: f"signed two commitments for r{r}: {_short(a)} and {_short(b)}" for p, (r, a, b) in self.proofs.items() if p not in proven}
         for sender in equivocators:
             received.pop(sender, None)
@@ -240,14 +279,13 @@ class ByteBackend(Communication):
         """Reveal; collect the committers' payloads: all of them for at most ``fresh_wait``
         seconds, then only the established, punctual members (see the module's docstring)."""
         committed = set(commits) | {self.peer_id}
-        if all(self.punctual(p, round) for p in committed - {self.peer_id}):  # the usual case: one wait
+        unsure = {p for p in committed - {self.peer_id} if not self.punctual(p, round)}
+        if not unsure:  # the usual case: one wait
             return self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), committed)
-        short = 0.0 if self._fresh_spent == round else min(self.fresh_wait, _left(deadline))
-        first = self._exchange_bytes(round, stage, "reveal", payload, short, committed)
+        first = self._exchange_bytes(round, stage, "reveal", payload, self.short_wait(unsure, round, _left(deadline)), committed)
         missing = committed - first.payloads.keys()
-        if any(not self.punctual(p, round) for p in missing):
-            self._fresh_spent = round  # wasted on an id that never revealed: once per round, not per stage
-        waited = {p for p in missing if self.punctual(p, round)}
+        self.stayed_silent(missing & unsure, round)  # once per round, not per stage
+        waited = missing - unsure  # punctual as of this exchange's start
         if not waited or _left(deadline) <= 0:
             return first
         rest = self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), waited | {self.peer_id})
@@ -286,6 +324,7 @@ class ByteBackend(Communication):
             del self.proofs[peer]
         for peer in [p for p, r in self._late.items() if r < round - LATE_WINDOW]:
             del self._late[peer]
+        self._silent = {p: r for p, r in self._silent.items() if r >= round}
 
     def _commitments(self, mine: Commitment, deadline: float, dropped: dict[str, str]) -> dict[str, Commitment]:
         """Publish ``mine``; every valid commitment for its (round, stage), this peer's own first.
@@ -296,7 +335,7 @@ class ByteBackend(Communication):
         self._remember(mine, signed)
         raw = self._exchange_bytes(round, stage, "commit", signed, _left(deadline))
         dropped.update(dict.fromkeys(raw.missing - self.quarantined, NO_COMMITMENT))
-        self._late.update(dict.fromkeys(raw.missing - self.quarantined, round))
+        self._missed(raw.missing - self.quarantined, round)
         commits: dict[str, Commitment] = {self.peer_id: mine}
         for sender, blob in raw.payloads.items():
             if sender in self.quarantined or sender == self.peer_id:

@@ -145,10 +145,9 @@ class InMemoryBackend(ByteBackend):
         if phase == "commit":  # members late lately get the short wait, once per round (as committers at the reveal)
             deadline = time.monotonic() + timeout
             unsure = {p for p in wanted - {self.peer_id} if not self.punctual(p, round)}
-            first = timeout if not unsure else 0.0 if self._fresh_spent == round else min(timeout, self.fresh_wait)
+            first = self.short_wait(unsure, round, timeout) if unsure else timeout
             got = self.swarm.collect(round, stage, phase, first, wanted)
-            if unsure - got.keys():
-                self._fresh_spent = round  # spent on a member that stays silent: not again this round
+            self.stayed_silent(unsure - got.keys(), round)  # not again this round
             waited = {p for p in wanted - got.keys() if self.punctual(p, round)}
             if waited:
                 got = self.swarm.collect(round, stage, phase, max(deadline - time.monotonic(), 0.0), waited)

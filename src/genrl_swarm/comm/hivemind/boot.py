@@ -134,6 +134,10 @@ class PeerIdentity:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
+#: Starts tried when no initial peer answers the bootstrap ping (a busy peer, not a wrong address).
+BOOTSTRAP_TRIES = 3
+
+
 def start_dht(key: Path, initial_peers: list[str], host_maddrs: list[str], timeout: float, validators: list[Any], nat: bool = False) -> Any:
     """hivemind's DHT process with p2pd on this identity, ready within ``timeout`` or a
     SwarmFailure. (hivemind's own identity check cannot read Ed25519 keys: the lock and the
@@ -142,14 +146,20 @@ def start_dht(key: Path, initial_peers: list[str], host_maddrs: list[str], timeo
 
     A start that times out is tried once more: hivemind forks its DHT process from this one, and a
     fork taken while another thread holds a lock can leave the child stuck for good (seen now and
-    then in a test process running many peers' threads). Any other failure is explained at once."""
-    for attempt in (1, 2):
+    then in a test process running many peers' threads). A bootstrap that no initial peer answered
+    is tried up to ``BOOTSTRAP_TRIES`` times: hivemind gives the ping 3 s, which a saturated
+    machine's initial peer can miss (seen in a full test run beside other swarms). Any other
+    failure is explained at once."""
+    for attempt in range(1, BOOTSTRAP_TRIES + 1):
         try:
             return _launch(key, initial_peers, host_maddrs, timeout, validators, nat)
         except Exception as e:  # noqa: BLE001 - hivemind raises plain Exceptions from its process; each is explained
             text = str(e).lower()
             if attempt == 1 and (isinstance(e, TimeoutError) or "timeout" in text or "timed out" in text):
                 log.warning("the DHT did not start within %.0fs (%s); trying once more", timeout, type(e).__name__)
+                continue
+            if attempt < BOOTSTRAP_TRIES and "bootstrap" in text:
+                log.warning("no initial peer answered the bootstrap ping (try %d of %d); trying again", attempt, BOOTSTRAP_TRIES)
                 continue
             raise SwarmFailure(explain(e, initial_peers, host_maddrs, timeout)) from e
     raise AssertionError("unreachable")

@@ -36,11 +36,13 @@ from genrl_swarm.comm.hivemind.members import MAX_LIFETIME, MemberValidator, att
 from genrl_swarm.comm.hivemind.membership import Membership
 from genrl_swarm.comm.hivemind.peers import AddressBook
 from genrl_swarm.comm.hivemind.process import kill_all, p2pd_of, running
-from genrl_swarm.comm.hivemind.streams import Puller, SlotStore, serve, serve_unary
+from genrl_swarm.comm.hivemind.streams import UNARY_MAX, Puller, SlotStore, serve, serve_unary
 from genrl_swarm.core.trust import LATE_WINDOW
 from genrl_swarm.protocol import Plan, Strategy, make_strategy
 
 log = logging.getLogger(__name__)
+#: How long a peer past its wait is still asked: once, without a long poll (its bytes may be posted).
+ASK_ONCE = 0.05
 #: A signed commitment is far below this; base.py refuses anything larger anyway.
 COMMIT_LIMIT = MAX_RECORD_BYTES + 512
 
@@ -103,7 +105,6 @@ class HivemindBackend(ByteBackend):
         book_path = Path(peers_path).expanduser() if peers_path else Path(f"{self._key.path}.peers.json") if identity_path else None
         self.book = AddressBook(book_path, self.peer_id)
         self._sightings: dict[str, float] = {}  # peer -> last traffic from it (written on the event loop)
-        self._late: dict[str, int] = {}  # peer -> last round it committed and revealed nothing
         self.plans: dict[tuple[int, int], Plan] = {}  # (round, stage) -> the plan used (the last few)
         try:
             self._start(configured, list(host_maddrs), startup_timeout, max_concurrency, nat_traversal)
@@ -173,25 +174,30 @@ class HivemindBackend(ByteBackend):
             self.round = max(self.round, round)
         deadline = time.monotonic() + timeout
         enough: int | None = None
+        short: set[str] = set()  # asked for at most their short wait (``short_wait``)
         if wait_for is None:  # the commit phase: the strategy picks whom to ask
             plan = self._plan(round, stage)
             targets = list(plan.candidates)
             enough = plan.needed if plan.needed < len(targets) else None  # None: wait for every candidate
+            if enough is None:  # a member late lately (no commitment, or no reveal) costs the short wait, not the deadline
+                short = {p for p in targets if not self.punctual(p, round)}
         else:
             targets = sorted(set(wait_for) - {self.peer_id} - self.quarantined)
         limit = COMMIT_LIMIT if phase == "commit" else self.codec.max_bytes
-        left = max(deadline - time.monotonic(), 0.0)
+        large = {p for p in targets if phase == "reveal" and self.committed_sizes.get(p, 0) > UNARY_MAX}  # a stream at once
+        left = max(deadline - time.monotonic(), ASK_ONCE)  # past the deadline, still one quick ask: the bytes may be there
+        patience = {p: max(self.short_wait({p}, round, left), ASK_ONCE) for p in short}
         try:
-            got = self._loop.call(self._pull((round, stage, phase), data, targets, limit, left, enough), left + 2.0)
+            got = self._loop.call(self._pull((round, stage, phase), data, targets, limit, left, enough, large, patience), left + 2.0)
         except TimeoutError as e:  # the loop itself did not answer: p2pd or this process is stuck
             self._raise_if_failed()
             raise SwarmFailure(f"peer {self.peer_id}: the p2p event loop did not answer within {left + 2:.0f}s") from e
         self._raise_if_failed()
         missing = set(targets) - got.keys()
-        if phase == "reveal":
-            self._late.update(dict.fromkeys(missing, round))
+        self.stayed_silent(missing & short, round)  # once per round, not per stage
         self._log_missing(round, stage, phase, missing if enough is None else set())
-        return RawExchange({self.peer_id: data, **got}, expected=(len(targets) if enough is None else enough) + 1)
+        silent = frozenset(missing) if phase == "commit" and enough is None else frozenset()  # late: dropped, never counted
+        return RawExchange({self.peer_id: data, **got}, expected=(len(targets) if enough is None else enough) + 1, missing=silent)
 
     def _plan(self, round: int, stage: int) -> Plan:
         """The protocol core's choice for this (round, stage), from the live members; peers that
@@ -205,11 +211,22 @@ class HivemindBackend(ByteBackend):
         return plan
 
     async def _pull(
-        self, slot: tuple[int, int, str], data: bytes, targets: list[str], limit: int, timeout: float, enough: int | None
+        self,
+        slot: tuple[int, int, str],
+        data: bytes,
+        targets: list[str],
+        limit: int,
+        timeout: float,
+        enough: int | None,
+        large: set[str],
+        patience: dict[str, float],
     ) -> dict[str, bytes]:
         self.store.put(slot, data)
-        deadline = asyncio.get_running_loop().time() + timeout
-        return await self.puller.pull(targets, slot, deadline, limit, self._wanted, self._redial, self._stopped, enough)
+        now = asyncio.get_running_loop().time()
+        until = {p: now + wait for p, wait in patience.items()}
+        return await self.puller.pull(
+            targets, slot, now + timeout, limit, self._wanted, self._redial, self._stopped, enough=enough, large=large, until=until
+        )
 
     def _wanted(self, peer: str) -> bool:
         return peer in self.membership.live()

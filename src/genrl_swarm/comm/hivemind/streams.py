@@ -21,7 +21,7 @@ import logging
 import struct
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,10 @@ REQUEST = struct.Struct(">BqIBI")
 LENGTH = struct.Struct(">Q")
 #: How long a handler keeps one long poll open; the requester asks again if its deadline allows.
 MAX_SERVE_WAIT = 30.0
+#: How long a requester's one long poll asks to be held: a slot of the puller's concurrency is
+#: free again after at most this, so peers that hold their answer back (a crowd of Sybil members
+#: sorted first) cannot keep honest peers from ever being asked (review: 100 such held all 32).
+POLL_SLICE = 1.0
 IO_TIMEOUT = 30.0
 #: A stream must say what it wants this fast: idle streams cost this process a file descriptor
 #: each (one hostile peer opened 1,100 and cut an honest peer off at the usual 1,024 limit).
@@ -155,6 +159,8 @@ async def _serve(store: SlotStore, info: Any, reader: asyncio.StreamReader, writ
         await asyncio.wait_for(writer.drain(), IO_TIMEOUT)
     except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError) as e:
         log.debug("serving %s: %s", getattr(info, "peer_id", "?"), e)
+    except asyncio.CancelledError:  # this peer is closing while a long poll waits: nothing to report
+        log.debug("serving %s: cancelled (closing)", getattr(info, "peer_id", "?"))
     finally:
         writer.close()
 
@@ -168,23 +174,24 @@ def _status(code: int) -> Status:
 async def request(p2p: Any, peer: Any, proto: str, slot: Slot, wait: float, limit: int) -> tuple[Status, bytes]:
     """One pull of ``slot`` from ``peer`` (a hivemind PeerID): a unary call, then a stream if
     the answer is large. The caller bounds it in time."""
-    question = REQUEST.pack(VERSION, slot[0], slot[1], PHASES.index(slot[2]), max(int(wait * 1000), 0))
-    answer = await p2p._client.call_unary_handler(peer, f"{proto}/unary", question)
+    answer = await p2p._client.call_unary_handler(peer, f"{proto}/unary", _question(slot, wait))
     if not answer:
         raise ProtocolError(f"empty answer for {slot}")
     status = _status(answer[0])
     if status is Status.STREAM:
-        return await request_stream(p2p, peer, proto, slot, limit)
+        return await request_stream(p2p, peer, proto, slot, 0.0, limit)
     if len(answer) - 1 > min(limit, UNARY_MAX):
         raise ProtocolError(f"answered {len(answer) - 1} bytes for {slot}, over the limit of {min(limit, UNARY_MAX)}")
     return status, answer[1:]
 
 
-async def request_stream(p2p: Any, peer: Any, proto: str, slot: Slot, limit: int) -> tuple[Status, bytes]:
-    """Pull ``slot`` over a stream of its own (the peer said it has it, and that it is large)."""
+async def request_stream(p2p: Any, peer: Any, proto: str, slot: Slot, wait: float, limit: int) -> tuple[Status, bytes]:
+    """Pull ``slot`` over a stream of its own, a long poll of ``wait`` seconds: for an answer
+    known to be large (the peer said so, or committed to that many bytes), one round trip
+    fewer than asking over a unary call first."""
     _, reader, writer = await p2p.call_binary_stream_handler(peer, proto)
     try:
-        writer.write(REQUEST.pack(VERSION, slot[0], slot[1], PHASES.index(slot[2]), 0))
+        writer.write(_question(slot, wait))
         await writer.drain()
         status = _status((await reader.readexactly(1))[0])
         if status is not Status.DATA:
@@ -195,6 +202,10 @@ async def request_stream(p2p: Any, peer: Any, proto: str, slot: Slot, limit: int
         return Status.DATA, await reader.readexactly(size)
     finally:
         writer.close()
+
+
+def _question(slot: Slot, wait: float) -> bytes:
+    return REQUEST.pack(VERSION, slot[0], slot[1], PHASES.index(slot[2]), max(int(wait * 1000), 0))
 
 
 class Puller:
@@ -222,12 +233,17 @@ class Puller:
         redial: Callable[[str], Awaitable[None]],
         stop: Callable[[], bool],
         enough: int | None = None,
+        large: Collection[str] = (),
+        until: Mapping[str, float] | None = None,
     ) -> dict[str, bytes]:
         """Bytes per peer, in arrival order. ``deadline`` is on the loop's clock. ``enough``:
-        stop once that many answered with bytes (the strategy's spares are not waited for)."""
+        stop once that many answered with bytes (the strategy's spares are not waited for).
+        ``large``: peers whose answer is known to exceed ``UNARY_MAX``, asked over a stream at once.
+        ``until``: earlier deadlines for some peers (not worth the whole wait)."""
         loop = asyncio.get_running_loop()
         got: dict[str, bytes] = {}
-        tasks = [asyncio.create_task(self._one(p, slot, deadline, limit, wanted, redial, stop, got)) for p in peers]
+        ends = {p: min(deadline, (until or {}).get(p, deadline)) for p in peers}
+        tasks = [asyncio.create_task(self._one(p, slot, ends[p], limit, wanted, redial, stop, got, p in large)) for p in peers]
         want = len(tasks) if enough is None else enough
         try:
             pending = set(tasks)
@@ -238,16 +254,19 @@ class Puller:
                 task.cancel()
         return got
 
-    async def _one(self, peer: str, slot: Slot, deadline: float, limit: int, wanted: Any, redial: Any, stop: Any, got: dict[str, bytes]) -> None:
+    async def _one(
+        self, peer: str, slot: Slot, deadline: float, limit: int, wanted: Any, redial: Any, stop: Any, got: dict[str, bytes], large: bool
+    ) -> None:
         loop, backoff = asyncio.get_running_loop(), 0.02
+        ask = request_stream if large else request
         while not stop():  # bounded: every pass takes a long poll or a growing pause, until the deadline
             left = deadline - loop.time()
             if left <= 0.01:
                 return
-            asked = loop.time()
+            asked, wait = loop.time(), min(left - 0.01, POLL_SLICE)
             try:
                 async with self.semaphore:
-                    status, data = await asyncio.wait_for(request(self.p2p, self.peer_id_of(peer), self.proto, slot, left - 0.01, limit), left)
+                    status, data = await asyncio.wait_for(ask(self.p2p, self.peer_id_of(peer), self.proto, slot, wait, limit), left)
             except asyncio.TimeoutError:
                 return
             except self.errors as e:
@@ -264,6 +283,6 @@ class Puller:
                 return
             if status is not Status.LATER:
                 return
-            if loop.time() - asked < left / 2:  # "later" long before the wait it was asked for: do not spin
+            if loop.time() - asked < wait / 2:  # "later" long before the wait it was asked for: do not spin
                 await asyncio.sleep(min(backoff, max(deadline - loop.time(), 0)))
                 backoff = min(backoff * 2, 0.5)
