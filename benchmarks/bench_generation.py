@@ -6,14 +6,18 @@ measured at the start of the run (``matmul_gflops``, the best of a few sizes at 
 default thread count, at the start and after every round, keeping the best: on a shared machine
 the limit is the least-loaded rate seen, the harder target), divided by that
 is the most tokens/s the dtype allows. Each row is one arm; the arms are run interleaved, each
-repeat in a fresh order-stable round, so load from other processes hits them alike; the median
-is reported, with the load average before and after.
+repeat a round that starts at the next arm, so load from other processes and the probe's
+after-effects hit them alike; the median is reported, with the load average before and after.
 
 Arms (``--arms``, comma-separated; all by default):
 - ``lean-dynamic``: the lean sampler on the model's forward with a DynamicCache (before).
 - ``lean-static``: the same loop on the preallocated KV buffer of ``lm.decoder``.
 - ``lean-static-compiled``: its decode step through ``torch.compile`` (compile time reported).
 - ``lean-static-1thread``: lean-static with ``sampling.threads=1``.
+- ``lean-static-unpacked``: lean-static with ``sampling.pack=false`` (bf16: the modules' own
+  matmuls instead of fused, oneDNN-packed weights; fp32 is never packed, so the same as lean-static).
+- ``lean-static-repack``: lean-static packing the weights again on every call, as in a training
+  round (lean-static packs once: its weights never change here, as within a round's evaluations).
 - ``hf``: HF ``generate`` batched (``num_return_sequences``), the baseline.
 - ``loop``: upstream's loop of one ``generate`` per generation (slow; off unless asked).
 each in every ``--dtypes`` (float32, bfloat16) and at every ``--batches`` (rows = prompts x 8).
@@ -35,6 +39,7 @@ import torch
 from common import machine, matmul_gflops, table
 
 from genrl_swarm.core import Task
+from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 
 ARMS: dict[str, dict[str, Any]] = {
@@ -42,6 +47,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "lean-static": {"sampler": "lean", "kv_cache": "static"},
     "lean-static-compiled": {"sampler": "lean", "kv_cache": "static", "compile": True},
     "lean-static-1thread": {"sampler": "lean", "kv_cache": "static", "threads": 1},
+    "lean-static-unpacked": {"sampler": "lean", "kv_cache": "static", "pack": False},
+    "lean-static-repack": {"sampler": "lean", "kv_cache": "static"},
     "hf": {"sampler": "hf"},
     "loop": {"sampler": "hf"},
 }
@@ -135,6 +142,8 @@ def main() -> None:
     def run(arm: Arm) -> int:
         policy.sampling = replace(base, dtype=arm.dtype, **dict(ARMS[arm.name].items()))
         prompts = prompts_all[: arm.batch // a.generations]
+        if arm.name == "lean-static-repack":
+            policy._packs = PackCache()
         if arm.name == "loop":
             return sum(int(policy.generate(prompts, 1).lengths.sum()) for _ in range(a.generations))
         return int(policy.generate(prompts, a.generations).lengths.sum())  # generated tokens, EOS included
@@ -145,8 +154,11 @@ def main() -> None:
         run(replace(arm, batch=a.generations))
         arm.setup_s = time.perf_counter() - start
     timed: Callable[[Arm], float] = lambda arm: (lambda s, n: n / (time.perf_counter() - s))(time.perf_counter(), run(arm))  # noqa: E731
-    for _ in range(a.repeats):
-        for arm in arms:
+    for r in range(a.repeats):
+        # Each round starts at another arm: the one right after the matmul probe runs on cores
+        # that may still be at a lower clock (AMX/AVX-512 frequency licences), so a fixed order
+        # would bias the first arm.
+        for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
             arm.rates.append(timed(arm))
         for d in gflops:  # the limit too is re-measured between rounds; the best rate seen counts
             gflops[d] = max(gflops[d], probe(d, threads), probe(d, 1))

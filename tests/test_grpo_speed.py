@@ -44,9 +44,23 @@ def policy() -> LMPolicy:
     return LMPolicy("tiny-random", {"num_generations": 5, "max_new_tokens": 12, "temperature": 1.3}, seed=7)
 
 
+def uneven(body: TokenRollout) -> TokenRollout:
+    """Sample j cut to its first ``len - 2 * (j % 3)`` tokens (at least one): a prefix of a sample
+    is a sample of that length, and the lengths are uneven whatever this CPU's tiny model emits
+    (how often it stops on EOS depends on the kernels it was trained and sampled with)."""
+    cut = [max(1, len(s.completion_ids) - 2 * (j % 3)) for j, s in enumerate(body.samples)]
+    samples = tuple(
+        s
+        if n == len(s.completion_ids)
+        else msgspec.structs.replace(s, completion_ids=s.completion_ids[:n], logprobs=s.logprobs[:n], finish_reason="length")
+        for s, n in zip(body.samples, cut, strict=True)
+    )
+    return msgspec.structs.replace(body, samples=samples)
+
+
 @pytest.fixture(scope="module")
 def bodies(policy: LMPolicy) -> list[TokenRollout]:
-    out = policy.rollouts([Task.create(q).input(0) for q in QUESTIONS])
+    out = [uneven(b) for b in policy.rollouts([Task.create(q).input(0) for q in QUESTIONS])]
     lengths = {len(s.completion_ids) for b in out for s in b.samples}
     assert len(lengths) > 2 and out[0].prompt_ids == out[3].prompt_ids  # uneven lengths, one shared prompt
     return out

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from genrl_swarm.paradigms.lm import packed as packing
+
 #: model_type values whose decoder layer is exactly: norm, q/k/v, RoPE, attention, o, norm, gated MLP.
 SUPPORTED_TYPES = ("llama", "qwen2")
 
@@ -72,30 +74,39 @@ class Decoder:
         causal = base_model(model)
         inner = causal.model
         config = causal.config
+        self.model = causal
         self.embed, self.layers, self.norm, self.rotary, self.head = inner.embed_tokens, inner.layers, inner.norm, inner.rotary_emb, causal.lm_head
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
         self.dtype = self.embed.weight.dtype
         self.device = self.embed.weight.device
+        #: the decode steps' weights packed for oneDNN (bf16 on CPU), set from a ``packed.PackCache``
+        self.packed: packing.PackedWeights | None = None
 
-    def allocate(self, rows: int, width: int) -> KVBuffer:
+    def allocate(self, rows: int, width: int, written: int = 0) -> KVBuffer:
+        """A buffer whose first ``written`` columns the caller fills at once. Only the columns
+        after them are zeroed: attention spans every column, and a masked score must multiply a
+        finite value (uninitialised memory may hold NaN: 0 x NaN is NaN)."""
         shape = (len(self.layers), 2, rows, self.kv_heads, width, self.head_dim)
-        return KVBuffer(
-            torch.zeros(shape, dtype=self.dtype, device=self.device),
-            torch.zeros((rows, width), dtype=torch.bool, device=self.device),
-        )
+        data = torch.empty(shape, dtype=self.dtype, device=self.device)
+        data[..., written:, :].zero_()
+        return KVBuffer(data, torch.zeros((rows, width), dtype=torch.bool, device=self.device))
 
-    def _attend(self, layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
+    def _attend(self, index: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
                 write: slice | int, mask: torch.Tensor, group: int) -> torch.Tensor:  # fmt: skip
-        """One decoder layer on x [B, T, hidden]; its keys/values go into ``kv`` [2, B*group, kvh, W, D]
-        at columns ``write`` (each input row's keys to ``group`` consecutive buffer rows)."""
+        """Decoder layer ``index`` on x [B, T, hidden]; its keys/values go into ``kv`` [2, B*group, kvh, W, D]
+        at columns ``write`` (each input row's keys to ``group`` consecutive buffer rows). A decode
+        step (``write`` an int) uses the packed weights when there are any."""
+        layer = self.layers[index]
         attn = layer.self_attn
         b, t, _ = x.shape
+        fused = self.packed.layers[index] if self.packed is not None and isinstance(write, int) else None
         h = layer.input_layernorm(x)
-        q = attn.q_proj(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = attn.k_proj(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = attn.v_proj(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = fused.qkv(h).split(fused.split, dim=-1) if fused else (attn.q_proj(h), attn.k_proj(h), attn.v_proj(h))
+        q = q.reshape(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = k.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if isinstance(write, int):  # a decode step: one new column, attend over the whole buffer
             keys, values = kv[0], kv[1]
@@ -105,8 +116,10 @@ class Decoder:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
             grouped = kv.view(2, b, group, *kv.shape[2:])
             grouped[0, :, :, :, write], grouped[1, :, :, :, write] = k[:, None], v[:, None]
-        x = x + attn.o_proj(out.transpose(1, 2).reshape(b, t, -1))
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        out = out.transpose(1, 2).reshape(b, t, -1)
+        x = x + (fused.o(out) if fused else attn.o_proj(out))
+        h = layer.post_attention_layernorm(x)
+        return x + (packing.mlp(fused, h) if fused else layer.mlp(h))
 
     def _decode_attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
         """Attention of one query per row over the buffer, as two batched matmuls.
@@ -129,7 +142,7 @@ class Decoder:
         """Run left-padded prompts ``ids``/``mask`` [B, L] once; returns a buffer of B*group rows and
         ``width`` columns (prompt in the first L) and the last position's logits [B*group, V]."""
         b, length = ids.shape
-        buffer = self.allocate(b * group, width)
+        buffer = self.allocate(b * group, width, written=length)  # the prompt's columns are written below
         keep = mask.bool()
         positions = (mask.cumsum(1) - 1).clamp(min=0)
         causal = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()
@@ -140,8 +153,8 @@ class Decoder:
         x = self.embed(ids)
         cos, sin = self.rotary(x, positions)
         cos, sin = cos[:, None], sin[:, None]
-        for i, layer in enumerate(self.layers):
-            x = self._attend(layer, x, cos, sin, buffer.data[i], slice(0, length), attend, group)
+        for i in range(len(self.layers)):
+            x = self._attend(i, x, cos, sin, buffer.data[i], slice(0, length), attend, group)
         buffer.valid[:, :length] = keep.repeat_interleave(group, 0)
         logits = self._logits(x[:, -1:])[:, 0]
         return buffer, logits.repeat_interleave(group, 0) if group > 1 else logits
@@ -154,6 +167,8 @@ class Decoder:
         x = self.embed(token[:, None])
         cos, sin = self.rotary(x, position[:, None])
         cos, sin = cos[:, None], sin[:, None]
-        for i, layer in enumerate(self.layers):
-            x = self._attend(layer, x, cos, sin, buffer.data[i], column, mask, 1)
+        for i in range(len(self.layers)):
+            x = self._attend(i, x, cos, sin, buffer.data[i], column, mask, 1)
+        if self.packed is not None:
+            return self.packed.head(self.norm(x))[:, 0]
         return self._logits(x)[:, 0]

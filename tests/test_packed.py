@@ -1,0 +1,206 @@
+"""bf16 decode steps on fused, oneDNN-packed weights (lm.packed) compute what the model's modules
+compute, up to bf16 rounding (on the AMX Xeon this was measured on, bit for bit up to 64 rows;
+at 128 rows and more the plain call may pick another kernel): with biases (Qwen2), at a real
+model's widths, never for a module that is not a plain Linear (LoRA), never with stale weights,
+and never bound into a compiled step. The sampler's behaviour log-probs on this path are checked
+against fresh forwards in tests/test_reference_lm.py (static-bf16). On a CPU without oneDNN bf16
+kernels nothing is packed and the same tests check that."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+import torch
+
+from genrl_swarm.core import Task
+from genrl_swarm.paradigms.lm import packed as packing
+from genrl_swarm.paradigms.lm.decoder import Decoder
+from genrl_swarm.paradigms.lm.policy import LMPolicy
+from genrl_swarm.paradigms.lm.static_sampling import sample_static
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q")
+PACKS = packing.available(torch.bfloat16, torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def policy() -> LMPolicy:
+    return LMPolicy("tiny-random", {"num_generations": 4, "max_new_tokens": 16, "dtype": "bfloat16", "kv_cache": "static"}, seed=3)
+
+
+def qwen2_with_biases() -> Any:
+    """A random two-layer Qwen2 in bf16: biases on q/k/v, which the fused qkv must carry."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)  # nonzero, so a lost bias changes the logits
+    return model
+
+
+def llama_at_smollm2_widths() -> Any:
+    """One random layer at SmolLM2-135M's widths (hidden 576, 9 heads over 3 kv heads, MLP 1536)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig(vocab_size=2048, hidden_size=576, intermediate_size=1536, num_hidden_layers=1, num_attention_heads=9, num_key_value_heads=3)
+    return LlamaForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def assert_bf16_close(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Equal up to a few roundings to bf16 (8 significant bits) at the logits' scale."""
+    assert a.dtype == b.dtype == torch.bfloat16
+    scale = float(b.float().abs().max())
+    assert float((a.float() - b.float()).abs().max()) <= 4 * 2**-8 * scale
+
+
+def decoder(model: Any, pack: bool) -> Decoder:
+    out = Decoder(model)
+    if pack:
+        out.packed = packing.PackCache().get(out)
+    return out
+
+
+def prompts(pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = [[5, 9, 17, 3], [40, 2], [7, 7, 7, 7, 7, 8]]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :], mask[i, width - len(r) :] = torch.tensor(r), 1
+    return ids, mask
+
+
+@torch.inference_mode()
+def steps(model: Any, pack: bool, count: int = 5, group: int = 2) -> tuple[bool, list[torch.Tensor]]:
+    """Logits of ``count`` greedy decode steps (3 prompts x ``group`` rows), and whether weights were packed."""
+    decoding = decoder(model, pack)
+    ids, mask = prompts(0)
+    buffer, logits = decoding.prefill(ids, mask, group, ids.shape[1] + count)
+    position = mask.sum(1).repeat_interleave(group)
+    out = []
+    for s in range(count):
+        token = logits.argmax(-1)
+        logits = decoding.step(token, position + s, buffer, ids.shape[1] + s)
+        out.append(logits.clone())
+    return decoding.packed is not None, out
+
+
+@pytest.mark.parametrize(("which", "group"), [("tiny-llama", 2), ("qwen2-biases", 2), ("smollm2-widths", 21), ("smollm2-widths", 67)])
+def test_packed_steps_match_the_modules(policy: LMPolicy, which: str, group: int) -> None:
+    """3 x ``group`` rows: 6, 63 (a decode batch) and 201 (past where the plain call changes kernel)."""
+    model = {"tiny-llama": policy.sampling_model, "qwen2-biases": qwen2_with_biases, "smollm2-widths": llama_at_smollm2_widths}[which]()
+    packed, fast = steps(model, pack=True, group=group)
+    unpacked, plain = steps(model, pack=False, group=group)
+    assert packed == PACKS and not unpacked
+    for a, b in zip(fast, plain, strict=True):
+        assert_bf16_close(a, b)
+
+
+def test_lora_layers_are_never_packed(policy: LMPolicy) -> None:
+    """A LoRA projection is not a plain Linear: packing its base weight would drop the adapter."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(LMPolicy("tiny-random", seed=1).model, LoraConfig(r=4, target_modules=["q_proj"])).to(torch.bfloat16)
+    inner = model.get_base_model().model
+    assert packing.for_decoder(inner.layers, model.get_base_model().lm_head) is None
+    packed, _ = steps(model, pack=True, count=1)
+    assert not packed
+
+
+def first_step(model: Any, packed: packing.PackedWeights | None) -> torch.Tensor:
+    decoding = Decoder(model)
+    decoding.packed = packed
+    ids, mask = prompts(0)
+    buffer, logits = decoding.prefill(ids, mask, 2, ids.shape[1] + 1)
+    with torch.inference_mode():
+        return decoding.step(logits.argmax(-1), mask.sum(1).repeat_interleave(2), buffer, ids.shape[1])
+
+
+def test_weights_are_packed_again_only_when_they_changed(policy: LMPolicy) -> None:
+    """One packing per set of weights; an optimiser step (in place) repacks, and the sampler acts
+    with the new weights: its packing computes what a fresh packing of them computes."""
+    tokens = [policy.prompt_ids(Task.create(q).input(0)) for q in QUESTIONS]
+    cache = policy._packs
+    policy.generate(tokens, 1, greedy=True)
+    before = cache.packs
+    policy.generate(tokens, 2)
+    assert cache.packs == before
+    weight = policy.model.model.layers[-1].mlp.down_proj.weight
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)))  # in place, as the learner's step
+        policy.generate(tokens, 1, greedy=True)
+        assert cache.packs == before + int(PACKS)
+        model = policy.sampling_model()
+        current = first_step(model, cache.get(Decoder(model)))
+        assert torch.equal(current, first_step(model, packing.PackCache().get(Decoder(model))))
+        assert_bf16_close(current, first_step(model, None))
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+
+
+def test_a_compiled_step_never_runs_a_stale_packing(policy: LMPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sampling.compile`` keeps the step of the first decoder; with packing, that decoder's
+    packing would outlive a weight change (found by review). Compiling is replaced by the
+    identity here: what matters is which decoder the kept step is bound to."""
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    tokens = [policy.prompt_ids(Task.create(q).input(0)) for q in QUESTIONS]
+    weight = policy.model.model.layers[-1].mlp.down_proj.weight
+    saved, compile_saved = weight.detach().clone(), policy.sampling.compile
+    policy.sampling.compile = True
+    try:
+        policy.generate(tokens, 1, greedy=True)
+        with torch.no_grad():
+            weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(1)))
+        compiled = policy.generate(tokens, 1, greedy=True).ids
+        policy.sampling.compile, policy.sampling.pack = False, False  # the modules, current weights
+        assert torch.equal(compiled, policy.generate(tokens, 1, greedy=True).ids)
+    finally:
+        policy.sampling.compile, policy.sampling.pack = compile_saved, True
+        policy._compiled = None
+        with torch.no_grad():
+            weight.copy_(saved)
+
+
+def test_another_model_is_packed_even_where_its_weight_key_repeats(policy: LMPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model rebuilt after its predecessor was freed (a LoRA merge) can reuse its addresses with
+    every version counter at 0: the cache must not take it for the model it packed."""
+    monkeypatch.setattr(packing, "weight_key", lambda model: ())
+    cache = packing.PackCache()
+    first = cache.get(Decoder(policy.sampling_model()))
+    second = cache.get(Decoder(qwen2_with_biases()))
+    assert cache.packs == 2 * int(PACKS) and (first is None or second is not first)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_buffer_allocated_over_nan_memory_decodes_as_a_zeroed_one(policy: LMPolicy, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the columns after the prompt are zeroed: the prefill must write every prompt column
+    (padding included), or a NaN left in memory reaches the logits through a masked score."""
+    import genrl_swarm.paradigms.lm.decoder as decoding
+
+    model = policy.model if dtype == "float32" else policy.sampling_model()
+    ids, mask = prompts(policy.tokenizer.pad_token_id)
+    out = []
+    for poison in (False, True):
+        if poison:
+            monkeypatch.setattr(decoding.torch, "empty", lambda *a, **k: torch.full(a[0], float("nan"), dtype=k["dtype"]))
+        generator = torch.Generator().manual_seed(9)
+        out.append(sample_static(decoder(model, pack=True), ids, mask, 3, 12, policy.eos_ids, generator=generator))
+        monkeypatch.undo()
+    assert not out[1].logprobs.isnan().any()
+    assert torch.equal(out[0].ids, out[1].ids) and torch.equal(out[0].logprobs, out[1].logprobs)
+
+
+def test_packing_is_off_where_it_does_not_pay() -> None:
+    assert not packing.available(torch.float32, torch.device("cpu"))
+    assert packing.available(torch.bfloat16, torch.device("cpu")) == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
