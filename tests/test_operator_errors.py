@@ -1,15 +1,26 @@
 """Errors that name their cause: a bad identity file is an identity error (not a "recipe error"),
-and a listen port another p2pd holds is named at once (p2pd shares ports: SO_REUSEPORT)."""
+a listen port another p2pd holds is named at once (p2pd shares ports: SO_REUSEPORT), and a crash
+below Python prints where every thread was."""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from genrl_swarm import cli
 from genrl_swarm.comm.errors import SwarmFailure
-from test_operator_stop import QUIET
+from genrl_swarm.games.bandit import SoftmaxPolicy
+from test_operator_stop import QUIET, Cli
+
+
+class SegfaultingPolicy(SoftmaxPolicy):
+    """The bandit policy, crashing below Python (a read of address 0) when it acts."""
+
+    def act(self, inputs: Any, stage: int, greedy: bool = False) -> Any:
+        return ctypes.string_at(0)
 
 
 def test_a_bad_identity_file_is_an_identity_error_not_a_recipe_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,3 +43,13 @@ def test_a_port_another_p2pd_holds_is_named() -> None:
             HivemindBackend(host_maddrs=[taken])
     finally:
         first.close()
+
+
+@pytest.mark.slow
+def test_a_native_crash_prints_every_threads_stack(tmp_path: Path) -> None:
+    args = ["run", "--recipe", "bandit", f"run.dir={tmp_path / 'run'}", "swarm.num_peers=2", *QUIET]
+    policy = ["policy._target_=test_operator_errors.SegfaultingPolicy"]
+    peer = Cli(tmp_path, "peer", [*args, *policy], env={"PYTHONFAULTHANDLER": ""})  # not the interpreter's own switch
+    assert peer.wait() == -11, peer.text()[-3000:]
+    text = peer.text()
+    assert "Fatal Python error: Segmentation fault" in text and "in act" in text, text[-3000:]

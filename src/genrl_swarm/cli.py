@@ -7,6 +7,7 @@ starts. Heavy imports (torch, the launcher) happen only once a run really starts
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import re
@@ -144,6 +145,9 @@ def resume_command(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # A crash below Python (a C extension's segfault, an abort) prints every thread's stack
+    # instead of leaving an operator with a bare exit status -11.
+    faulthandler.enable(all_threads=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_third_party()  # INFO is for our notes: JAX's and HTTP clients' internals stay off the console
     if args.command == "games":
