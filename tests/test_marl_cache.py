@@ -23,7 +23,9 @@ import json, sys, time
 start = time.perf_counter()
 from genrl_swarm.cli import main
 from genrl_swarm.paradigms.marl import cache
-code = main(["run", "--overwrite", "--recipe", "marl/tiny", "game.max_rounds=1", "learner.total_rounds=100",
+# exchange_timeout: which programs a run compiles depends on what it received (a peer's replay of
+# the other's trajectories), so a peer compiling slowly on a loaded machine must not miss it.
+code = main(["run", "--overwrite", "--recipe", "marl/tiny", "game.max_rounds=1", "learner.total_rounds=100", "game.exchange_timeout=900",
              f"run.dir={sys.argv[1]}", "run.console=false", "run.plot=false", "run.tensorboard=false"])
 print(json.dumps({"code": code, "dir": str(cache.cache_dir()), "seconds": time.perf_counter() - start, **cache.counts()}))
 """

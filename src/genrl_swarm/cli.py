@@ -143,11 +143,21 @@ def resume_command(argv: Sequence[str]) -> str:
     return shlex.join(["genrl-swarm", *kept[:1], "--resume", *kept[1:]])
 
 
+def _report_native_crashes() -> None:
+    """A crash below Python (a C extension's segfault, an abort) prints every thread's stack
+    instead of leaving an operator with a bare exit status -11. Left as it is where it is on
+    already (pytest, ``python -X faulthandler``) or where stderr is no file (captured)."""
+    if faulthandler.is_enabled():
+        return
+    try:
+        faulthandler.enable(all_threads=True)
+    except (OSError, ValueError):  # io.UnsupportedOperation (no fileno) is both
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # A crash below Python (a C extension's segfault, an abort) prints every thread's stack
-    # instead of leaving an operator with a bare exit status -11.
-    faulthandler.enable(all_threads=True)
+    _report_native_crashes()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_third_party()  # INFO is for our notes: JAX's and HTTP clients' internals stay off the console
     if args.command == "games":
