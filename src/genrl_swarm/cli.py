@@ -7,6 +7,7 @@ starts. Heavy imports (torch, the launcher) happen only once a run really starts
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import logging
 import os
@@ -149,10 +150,8 @@ def _report_native_crashes() -> None:
     already (pytest, ``python -X faulthandler``) or where stderr is no file (captured)."""
     if faulthandler.is_enabled():
         return
-    try:
+    with contextlib.suppress(OSError, ValueError):  # io.UnsupportedOperation (no fileno) is both
         faulthandler.enable(all_threads=True)
-    except (OSError, ValueError):  # io.UnsupportedOperation (no fileno) is both
-        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
