@@ -21,6 +21,7 @@ from typing import Any, Literal
 import torch
 
 from genrl_swarm.core import Body, Policy, Refusal, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
+from genrl_swarm.paradigms.lm import heap
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
 from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, load_model
 from genrl_swarm.paradigms.lm.packed import PackCache
@@ -115,6 +116,8 @@ class LMPolicy(Policy):
         torch.manual_seed(seed)  # LoRA init and the hf sampler draw from the global RNG
         self.model, self.tokenizer = load_model(model, device, dtype, lora_cfg)
         self.device = next(self.model.parameters()).device
+        if self.device.type == "cpu":
+            heap.keep_freed_memory()  # a decode step's big temporaries reuse their pages (lm.heap)
         self.generator = torch.Generator(self.device).manual_seed(seed)  # this peer's sampling stream
         configured = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
         extra = configured if isinstance(configured, list) else [configured] if configured is not None else []

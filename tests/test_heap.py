@@ -1,0 +1,73 @@
+"""lm.heap: with glibc told to keep freed memory, a decode step's big temporaries reuse their
+pages (counted as page faults, which load does not change); the user's allocator choice wins."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from genrl_swarm.paradigms.lm import heap
+
+# Decode-like steps: each allocates, touches and frees a block of logits (256 rows of SmolLM2's
+# 49,152-token vocabulary, 50 MB: over the 32 MB up to which glibc's own threshold may adapt, so
+# by default every block is a fresh mapping) and a temporary as large. Prints the page faults of
+# the last 20 of 40 steps.
+STEPS = """
+import json, resource, sys, torch
+from genrl_swarm.paradigms.lm import heap
+kept = heap.keep_freed_memory() if sys.argv[1] == "keep" else False
+faults = []
+for _ in range(40):
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+    logits = torch.ones(256, 49152)
+    (logits * 2).sum()
+    del logits
+print(json.dumps({"kept": kept, "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults[20]}))
+"""
+
+
+def faults(mode: str) -> dict[str, int]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", heap.ENV)}
+    out = subprocess.run([sys.executable, "-c", STEPS, mode], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result: dict[str, int] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_kept_memory_serves_later_steps_without_new_pages() -> None:
+    """Steps after the first ones need no new pages when memory is kept; by default each of
+    their blocks faults in its ~12,000 pages again."""
+    default, kept = faults("default"), faults("keep")
+    assert kept["kept"] == 1 and default["kept"] == 0
+    assert default["faults"] > 20 * 12_000, default
+    assert kept["faults"] < 1_000, kept
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({}, None),
+        ({"PATH": "/bin"}, None),
+        ({heap.ENV: "default"}, f"{heap.ENV}=default"),
+        ({"MALLOC_ARENA_MAX": "2"}, "MALLOC_ARENA_MAX"),
+        ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}, "GLIBC_TUNABLES"),
+        ({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}, "LD_PRELOAD jemalloc"),
+        ({"LD_PRELOAD": "libasan.so"}, None),
+    ],
+)
+def test_the_users_allocator_choice_is_left_alone(env: dict[str, str], reason: str | None) -> None:
+    assert heap.users_choice(env) == reason
+
+
+def test_an_lm_policy_on_a_cpu_keeps_freed_memory() -> None:
+    code = (
+        "from genrl_swarm.paradigms.lm import heap; from genrl_swarm.paradigms.lm.policy import LMPolicy; LMPolicy('tiny-random'); print(heap._done)"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", heap.ENV)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "True", out.stderr[-2000:]
