@@ -141,13 +141,14 @@ def test_train_sh_checks_overrides_then_passes_the_torch_group(tmp_path: Path) -
 
 
 @pytest.mark.slow  # mypy --strict over core, comm, protocol, run, config
+@pytest.mark.timeout(900)  # ~15 s on a quiet machine; a checker is not timed, and memory pressure slowed it 20x
 def test_core_type_checks_strict() -> None:
     root = ROOT / "src" / "genrl_swarm"
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", *(str(root / p) for p in ("core", "comm", "protocol", "run", "config.py"))],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
     )
     assert out.returncode == 0, out.stdout
 

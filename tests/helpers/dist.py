@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -28,14 +29,18 @@ HOSTILE = 1  # the rank that misbehaves
 
 
 class SlowPolicy(SoftmaxPolicy):
-    """The bandit policy, slowed so a test can act while a round is in flight."""
+    """The bandit policy, slowed so a test can act while a round is in flight; while the file
+    ``hold`` (if given) exists it does not act at all, so a test can keep a swarm from ending."""
 
-    def __init__(self, delay: float = 0.3, **kwargs: Any) -> None:
+    def __init__(self, delay: float = 0.3, hold: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.delay = delay
+        self.hold = Path(hold) if hold else None
 
     def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
         time.sleep(self.delay)
+        while self.hold is not None and self.hold.exists():
+            time.sleep(0.05)
         return super().act(inputs, stage, greedy)
 
 
