@@ -235,20 +235,26 @@ def test_a_punctual_peer_that_reveals_after_the_short_wait_is_still_received(tri
             x.close()
 
 
-def test_peers_that_hold_their_answers_back_cannot_keep_an_honest_peer_from_being_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("ignores_the_wait", [False, True], ids=["holding", "never-answering"])
+def test_peers_that_hold_their_answers_back_cannot_keep_an_honest_peer_from_being_asked(
+    monkeypatch: pytest.MonkeyPatch, ignores_the_wait: bool
+) -> None:
     """100 members (Sybils sorted first in the plan) each hold their long poll open until the deadline;
     the puller runs 32 polls at once. Before, they held every slot to the end and the honest peer
-    was never asked; now a poll is asked to be held at most POLL_SLICE, and slots turn over."""
+    was never asked; now a poll is asked to be held at most POLL_SLICE, and slots turn over. A
+    Sybil that ignores the wait asked for (never answers) is cut off by the requester itself after
+    the wait plus ANSWER_GRACE (review: it held its slot to the deadline)."""
     import asyncio
 
     from genrl_swarm.comm.hivemind import streams
 
     monkeypatch.setattr(streams, "POLL_SLICE", 0.2)
+    monkeypatch.setattr(streams, "ANSWER_GRACE", 0.2)
 
     async def request(p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int) -> tuple[streams.Status, bytes]:
         if peer == "honest":
             return streams.Status.DATA, b"ok"
-        await asyncio.sleep(wait)  # a Sybil holds its answer back as long as it is asked to
+        await asyncio.sleep(3600 if ignores_the_wait else wait)  # a Sybil holds its answer back
         return streams.Status.LATER, b""
 
     monkeypatch.setattr(streams, "request", request)
@@ -608,3 +614,18 @@ def test_a_failed_dial_back_names_a_copied_identity_or_an_unreachable_address() 
     error = RuntimeError("Peer 12D3KooWabc can't access this node. Probably, libp2p has failed to bypass the firewall")
     text = explain(error, ["/ip4/127.0.0.1/tcp/1/p2p/12D3KooWx"], ["/ip4/127.0.0.1/tcp/0"], 30)
     assert "already used by a running peer (a copied key file)" in text and "not reachable from its initial peers" in text
+
+
+def test_a_late_member_gets_the_full_wait_back_after_as_many_rounds_as_in_memory(trio: tuple[HivemindBackend, ...]) -> None:
+    """The rule is ByteBackend.punctual's on every backend: a member late in round r is waited for
+    in full again from round r + LATE_WINDOW + 1 (HiveMind's plan forgot the mark a round early)."""
+    from genrl_swarm.comm.base import LATE_WINDOW
+
+    a, other = trio[0], trio[1].peer_id
+    saved = dict(a._late)
+    try:
+        a._late[other] = 1000
+        back = next(r for r in range(1001, 1020) if (a._plan(r, 0), a.punctual(other, r))[1])
+    finally:
+        a._late = saved
+    assert back == 1000 + LATE_WINDOW + 1

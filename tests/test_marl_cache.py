@@ -16,7 +16,7 @@ import pytest
 jax = pytest.importorskip("jax")  # the child processes need it
 jumanji = pytest.importorskip("jumanji")
 
-pytestmark = pytest.mark.slow  # two processes compile or load a MARL team
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # two processes compile or load a MARL team (under load: minutes each)
 
 RUN = """
 import json, sys, time
@@ -25,7 +25,7 @@ from genrl_swarm.cli import main
 from genrl_swarm.paradigms.marl import cache
 # exchange_timeout: which programs a run compiles depends on what it received (a peer's replay of
 # the other's trajectories), so a peer compiling slowly on a loaded machine must not miss it.
-code = main(["run", "--overwrite", "--recipe", "marl/tiny", "game.max_rounds=1", "learner.total_rounds=100", "game.exchange_timeout=900",
+code = main(["run", "--overwrite", "--recipe", "marl/tiny", "game.max_rounds=1", "learner.total_rounds=100", "game.exchange_timeout=600",
              f"run.dir={sys.argv[1]}", "run.console=false", "run.plot=false", "run.tensorboard=false"])
 print(json.dumps({"code": code, "dir": str(cache.cache_dir()), "seconds": time.perf_counter() - start, **cache.counts()}))
 """
@@ -33,7 +33,7 @@ print(json.dumps({"code": code, "dir": str(cache.cache_dir()), "seconds": time.p
 
 def play(run_dir: Path, **env: str) -> dict[str, Any]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
-    out = subprocess.run([sys.executable, "-c", RUN, str(run_dir)], capture_output=True, text=True, timeout=600, env=clean | env)
+    out = subprocess.run([sys.executable, "-c", RUN, str(run_dir)], capture_output=True, text=True, timeout=900, env=clean | env)
     assert out.returncode == 0, out.stderr[-3000:]
     report: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["code"] == 0

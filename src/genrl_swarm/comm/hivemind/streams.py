@@ -38,6 +38,8 @@ MAX_SERVE_WAIT = 30.0
 #: free again after at most this, so peers that hold their answer back (a crowd of Sybil members
 #: sorted first) cannot keep honest peers from ever being asked (review: 100 such held all 32).
 POLL_SLICE = 1.0
+#: Seconds a small answer may take beyond the long poll it was asked for (a loaded machine's round trip).
+ANSWER_GRACE = 1.0
 IO_TIMEOUT = 30.0
 #: A stream must say what it wants this fast: idle streams cost this process a file descriptor
 #: each (one hostile peer opened 1,100 and cut an honest peer off at the usual 1,024 limit).
@@ -264,11 +266,15 @@ class Puller:
             if left <= 0.01:
                 return
             asked, wait = loop.time(), min(left - 0.01, POLL_SLICE)
+            # A small answer is bounded by the wait asked for plus a round trip, not by the
+            # deadline: a server that ignores the wait must not hold one of the pull slots to the
+            # end. A stream's transfer takes as long as its size needs, so it keeps the deadline.
+            bound = left if large else min(left, wait + ANSWER_GRACE)
             try:
                 async with self.semaphore:
-                    status, data = await asyncio.wait_for(ask(self.p2p, self.peer_id_of(peer), self.proto, slot, wait, limit), left)
+                    status, data = await asyncio.wait_for(ask(self.p2p, self.peer_id_of(peer), self.proto, slot, wait, limit), bound)
             except asyncio.TimeoutError:
-                return
+                continue  # asked again while time is left (an honest but slow answer comes then)
             except self.errors as e:
                 if not wanted(peer):
                     return

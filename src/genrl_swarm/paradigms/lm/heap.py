@@ -4,23 +4,25 @@ Why: each decode step of the sampler allocates tens of MB of short-lived tensors
 64 rows of SmolLM2 alone are 64 x 49,152 x 4 B = 12.6 MB, the draw's weights as much again).
 glibc serves a block over its mmap threshold (128 KB, adapting up to 32 MB) with a fresh
 ``mmap`` and unmaps it on ``free``, and gives the heap's top back once more than twice that is
-free; either way a later step faults in new zeroed pages (~3,000 for 12.6 MB). With ``mmap`` off
-for the heap's blocks and up to ``KEEP`` bytes of free memory kept at the top of the heap, later
-steps get the same pages back.
-Measured on a 2-core AMX Xeon (2026-11-26, load 1-2): drawing a token for 64 rows from bf16
-logits 11.2 -> 3.1 ms; for 256 rows (50 MB blocks: always fresh mappings by default) 57 -> 24 ms
-in bf16 and 30 -> 18 ms in fp32. A whole SmolLM2 decode step plus draw at 64 rows, four
-alternating pairs of processes: bf16 1.12x faster (median; 1.00-1.14x), fp32 1.05x (0.89-1.11x,
-within this machine's noise).
+free; either way a later step faults in new zeroed pages (~3,000 for 12.6 MB). Here the mmap
+threshold is fixed at its maximum, 32 MB, and up to ``KEEP`` (256 MB) of free memory stays at the
+heap's top: blocks under 32 MB come from the heap and later steps get the same pages back;
+bigger ones (a 256-row step's 50 MB logits, model weights, KV buffers) are still mapped and
+returned to the system on free, so a freed giant never stays resident.
 
-Cost: freed memory up to ``KEEP`` stays mapped, so the resident size stays near its peak
-instead of shrinking after a large step; a block freed in the middle of the heap is reused, not
-unmapped, so a long run whose block sizes keep changing may hold more memory than with mmap.
-Above ``KEEP`` the heap's top is given back as before.
+Why not mmap off altogether (which also kept 50 MB blocks): a review measured its cost. Small
+long-lived tensors between freed big blocks pinned them, and a decode loop over varying shapes
+grew 1,125 MB against 488 MB by default after 80 calls (a synthetic loop: 22 GB); here the same
+loop grew by 261 MB against 245 MB (26 calls). Measured on a 2-core AMX Xeon (2026-11-26, load
+1-2): drawing a token for 64 rows from bf16 logits 5.7-14.8 ms by default (glibc's adaptive
+threshold decides, run to run), 2.9-3.0 ms kept; from fp32 logits 2.2 ms either way. A whole
+decode step plus draw (4 alternating pairs of processes) is inside this machine's noise
+(0.89-1.21x). Cost: up to ``KEEP`` of freed memory stays
+resident.
 
 Only glibc has ``mallopt``; elsewhere (musl, macOS) nothing changes. Left alone when the user
 chose an allocator: any ``MALLOC_*`` tunable of glibc in the environment, ``GLIBC_TUNABLES``, a
-preloaded jemalloc/tcmalloc/mimalloc, or ``GENRL_SWARM_HEAP=default``.
+preloaded jemalloc/tcmalloc/mimalloc, or ``GENRL_SWARM_HEAP=default`` (or ``off``, ``0``).
 """
 
 from __future__ import annotations
@@ -33,19 +35,21 @@ from collections.abc import Mapping
 log = logging.getLogger(__name__)
 
 ENV = "GENRL_SWARM_HEAP"
-KEEP = 1 << 30  # bytes of free memory glibc may keep at the heap's top
+KEEP = 256 << 20  # bytes of free memory glibc may keep at the heap's top
+MMAP_FROM = 32 << 20  # blocks this large or larger are mapped (glibc's maximum threshold on 64-bit)
 # mallopt parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD = -1
-M_MMAP_MAX = -4
+M_MMAP_THRESHOLD = -3
 
 _PRELOADED = ("jemalloc", "tcmalloc", "mimalloc")
+OFF = frozenset({"default", "off", "0", "false", "no", "none"})  # GENRL_SWARM_HEAP values that leave malloc alone
 _done: bool | None = None  # what the first call decided: the setting is process-wide
 
 
 def users_choice(env: Mapping[str, str]) -> str | None:
     """Why the heap is left as it is (the user chose), or None. Pure: reads only ``env``."""
-    if env.get(ENV, "").strip().lower() == "default":
-        return f"{ENV}=default"
+    if (value := env.get(ENV, "").strip().lower()) in OFF:
+        return f"{ENV}={value}"
     if name := next((k for k in sorted(env) if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"), None):
         return name
     preload = env.get("LD_PRELOAD", "")
@@ -71,6 +75,6 @@ def keep_freed_memory(env: Mapping[str, str] | None = None) -> bool:
         _done = False
         return _done
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    _done = bool(mallopt(M_TRIM_THRESHOLD, KEEP)) and bool(mallopt(M_MMAP_MAX, 0))
-    log.debug("heap: freed memory kept (mmap off, %d MB at the top): %s", KEEP >> 20, _done)
+    _done = bool(mallopt(M_TRIM_THRESHOLD, KEEP)) and bool(mallopt(M_MMAP_THRESHOLD, MMAP_FROM))
+    log.debug("heap: freed memory kept (blocks under %d MB, %d MB at the top): %s", MMAP_FROM >> 20, KEEP >> 20, _done)
     return _done
