@@ -29,9 +29,13 @@ print(json.dumps({"kept": kept, "faults": resource.getrusage(resource.RUSAGE_SEL
 """
 
 
+def untuned() -> dict[str, str]:
+    """This environment without any allocator choice of the user's (``heap.users_choice``)."""
+    return {k: v for k, v in os.environ.items() if heap.users_choice({k: v}) is None}
+
+
 def faults(mode: str, rows: int) -> dict[str, int]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", heap.ENV)}
-    out = subprocess.run([sys.executable, "-c", STEPS, mode, str(rows)], capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run([sys.executable, "-c", STEPS, mode, str(rows)], capture_output=True, text=True, timeout=300, env=untuned())
     assert out.returncode == 0, out.stderr[-2000:]
     result: dict[str, int] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
@@ -72,6 +76,5 @@ def test_an_lm_policy_on_a_cpu_keeps_freed_memory() -> None:
     code = (
         "from genrl_swarm.paradigms.lm import heap; from genrl_swarm.paradigms.lm.policy import LMPolicy; LMPolicy('tiny-random'); print(heap._done)"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", heap.ENV)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=untuned())
     assert out.returncode == 0 and out.stdout.split()[-1] == "True", out.stderr[-2000:]

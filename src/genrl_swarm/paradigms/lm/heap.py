@@ -58,23 +58,24 @@ def users_choice(env: Mapping[str, str]) -> str | None:
     return None
 
 
-def keep_freed_memory(env: Mapping[str, str] | None = None) -> bool:
-    """Keep freed memory in this process's heap (once; later calls return the first answer).
+def keep_freed_memory() -> bool:
+    """Keep freed memory in this process's heap (decided once: the setting is process-wide).
     True if glibc took the setting."""
     global _done
-    if _done is not None:
-        return _done
-    reason = users_choice(os.environ if env is None else env)
-    if reason is not None:
+    if _done is None:
+        _done = _apply()
+    return _done
+
+
+def _apply() -> bool:
+    if (reason := users_choice(os.environ)) is not None:
         log.debug("heap: left to the allocator's settings (%s)", reason)
-        _done = False
-        return _done
+        return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc
-        _done = False
-        return _done
+        return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    _done = bool(mallopt(M_TRIM_THRESHOLD, KEEP)) and bool(mallopt(M_MMAP_THRESHOLD, MMAP_FROM))
-    log.debug("heap: freed memory kept (blocks under %d MB, %d MB at the top): %s", MMAP_FROM >> 20, KEEP >> 20, _done)
-    return _done
+    kept = bool(mallopt(M_TRIM_THRESHOLD, KEEP)) and bool(mallopt(M_MMAP_THRESHOLD, MMAP_FROM))
+    log.debug("heap: freed memory kept (blocks under %d MB, %d MB at the top): %s", MMAP_FROM >> 20, KEEP >> 20, kept)
+    return kept
