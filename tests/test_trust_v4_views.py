@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -59,17 +60,19 @@ def msm() -> MultistageMathData:
     return MultistageMathData(source=Questions())
 
 
-DROPS: dict[int, list[Drop]] = {}  # id(manager) -> every drop of every round
-STATES: dict[int, GameState] = {}  # id(manager) -> its last round's state
+# Keyed by the manager itself, weakly: a key of id(manager) outlived its manager, and a later
+# test's manager born at the same address inherited an earlier test's drops.
+DROPS: weakref.WeakKeyDictionary[GameManager, list[Drop]] = weakref.WeakKeyDictionary()  # every drop of every round
+STATES: weakref.WeakKeyDictionary[GameManager, GameState] = weakref.WeakKeyDictionary()  # its last round's state
 
 
 def manager_drops(manager: GameManager) -> list[Drop]:
-    return DROPS.get(id(manager), [])
+    return DROPS.get(manager, [])
 
 
 def keep(manager: GameManager, state: GameState, rewards: Any) -> None:
-    DROPS.setdefault(id(manager), []).extend(state.drops)
-    STATES[id(manager)] = state
+    DROPS.setdefault(manager, []).extend(state.drops)
+    STATES[manager] = state
 
 
 def play(
@@ -163,7 +166,7 @@ def test_a_peer_that_received_less_is_rebuilt_by_one_that_received_more() -> Non
     # A holds every payload B built from (A's and B's): it rebuilds B's listing and keeps B's
     # bodies at stages 1 and 2, scored against that listing (before: refused, answers input X).
     assert ra.metrics["swarm/refused_s1"] == 0 and ra.metrics["swarm/refused_s2"] == 0 and ra.metrics["swarm/peers_s1"] == 3
-    b_pick = next(r for r in STATES[id(ma)].select(stage=1, peer="B"))
+    b_pick = next(r for r in STATES[ma].select(stage=1, peer="B"))
     assert b_pick.input is not None and len(b_pick.input.context["students"]) == 2 and ra.rewards["B"] == 1.0
     # B does not hold C's stage-0 payload: A's and C's later bodies differ in view, never counted.
     later = sorted((d.stage, d.peer_id, d.kind) for d in manager_drops(mb) if d.stage > 0)
