@@ -275,6 +275,51 @@ def test_peers_that_hold_their_answers_back_cannot_keep_an_honest_peer_from_bein
     assert got == {"honest": b"ok"} and took < 3.0, (got, took)
 
 
+@pytest.mark.parametrize("honest_rate", [None, 0.3], ids=["fast-honest", "slow-honest"])
+def test_peers_that_trickle_a_large_reveal_cannot_keep_an_honest_peer_from_being_asked(
+    monkeypatch: pytest.MonkeyPatch, honest_rate: float | None
+) -> None:
+    """100 members (sorted first) committed to 1 MB each and, asked over a stream, send the header
+    and then trickle their bytes forever; the puller runs 32 transfers at once. Before, a stream was
+    bounded only by the deadline, so they held every slot to the end and the honest peer was never
+    asked (review). Now a transfer gets its committed size over MIN_RATE and slots turn over; an
+    honest peer slower than that first budget (``slow-honest``: 0.3 of the rate) is still received,
+    as each ask of it gets twice as long as the last."""
+    import asyncio
+
+    from genrl_swarm.comm.hivemind import streams
+
+    monkeypatch.setattr(streams, "POLL_SLICE", 0.2)
+    monkeypatch.setattr(streams, "ANSWER_GRACE", 0.2)
+    monkeypatch.setattr(streams, "MIN_RATE", 10 * 2**20)  # 1 MB: 0.1 s, then 0.2, 0.4, ...
+    size = 2**20
+
+    async def request_stream(p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int) -> tuple[streams.Status, bytes]:
+        if peer != "honest":
+            await asyncio.sleep(3600)  # the header came; the bytes trickle
+        elif honest_rate:
+            await asyncio.sleep(size / (streams.MIN_RATE * honest_rate))
+        return streams.Status.DATA, b"ok"
+
+    monkeypatch.setattr(streams, "request_stream", request_stream)
+
+    async def pull() -> tuple[dict[str, bytes], float]:
+        async def redial(peer: str) -> None:
+            return None
+
+        puller = streams.Puller(None, "proto", 32, lambda p: p, {})
+        peers = [f"sybil{i}" for i in range(100)] + ["honest"]
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        got = await puller.pull(
+            peers, (1, 0, "reveal"), start + 8.0, 2 * size, lambda p: True, redial, lambda: False, enough=1, sizes=dict.fromkeys(peers, size)
+        )
+        return got, loop.time() - start
+
+    got, took = asyncio.run(pull())
+    assert got == {"honest": b"ok"} and took < 6.0, (got, took)
+
+
 def test_killed_peer_is_waited_for_only_until_its_liveness_expires(trio: tuple[HivemindBackend, ...], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     play(trio, 29)  # the victim starts at round 30: the trio must not look "behind" it

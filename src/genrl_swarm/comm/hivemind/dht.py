@@ -36,7 +36,7 @@ from genrl_swarm.comm.hivemind.members import MAX_LIFETIME, MemberValidator, att
 from genrl_swarm.comm.hivemind.membership import Membership
 from genrl_swarm.comm.hivemind.peers import AddressBook
 from genrl_swarm.comm.hivemind.process import kill_all, p2pd_of, running
-from genrl_swarm.comm.hivemind.streams import UNARY_MAX, Puller, SlotStore, serve, serve_unary
+from genrl_swarm.comm.hivemind.streams import Puller, SlotStore, serve, serve_unary
 from genrl_swarm.core.trust import LATE_WINDOW
 from genrl_swarm.protocol import Plan, Strategy, make_strategy
 
@@ -184,11 +184,11 @@ class HivemindBackend(ByteBackend):
         else:
             targets = sorted(set(wait_for) - {self.peer_id} - self.quarantined)
         limit = COMMIT_LIMIT if phase == "commit" else self.codec.max_bytes
-        large = {p for p in targets if phase == "reveal" and self.committed_sizes.get(p, 0) > UNARY_MAX}  # a stream at once
+        sizes = {p: self.committed_sizes[p] for p in targets if phase == "reveal" and p in self.committed_sizes}
         left = max(deadline - time.monotonic(), ASK_ONCE)  # past the deadline, still one quick ask: the bytes may be there
         patience = {p: max(self.short_wait({p}, round, left), ASK_ONCE) for p in short}
         try:
-            got = self._loop.call(self._pull((round, stage, phase), data, targets, limit, left, enough, large, patience), left + 2.0)
+            got = self._loop.call(self._pull((round, stage, phase), data, targets, limit, left, enough, sizes, patience), left + 2.0)
         except TimeoutError as e:  # the loop itself did not answer: p2pd or this process is stuck
             self._raise_if_failed()
             raise SwarmFailure(f"peer {self.peer_id}: the p2p event loop did not answer within {left + 2:.0f}s") from e
@@ -218,14 +218,14 @@ class HivemindBackend(ByteBackend):
         limit: int,
         timeout: float,
         enough: int | None,
-        large: set[str],
+        sizes: dict[str, int],
         patience: dict[str, float],
     ) -> dict[str, bytes]:
         self.store.put(slot, data)
         now = asyncio.get_running_loop().time()
         until = {p: now + wait for p, wait in patience.items()}
         return await self.puller.pull(
-            targets, slot, now + timeout, limit, self._wanted, self._redial, self._stopped, enough=enough, large=large, until=until
+            targets, slot, now + timeout, limit, self._wanted, self._redial, self._stopped, enough=enough, sizes=sizes, until=until
         )
 
     def _wanted(self, peer: str) -> bool:

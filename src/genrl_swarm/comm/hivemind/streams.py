@@ -16,6 +16,7 @@ Everything here runs on the backend's event loop (``LoopThread``); every await h
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import struct
@@ -40,6 +41,11 @@ MAX_SERVE_WAIT = 30.0
 POLL_SLICE = 1.0
 #: Seconds a small answer may take beyond the long poll it was asked for (a loaded machine's round trip).
 ANSWER_GRACE = 1.0
+#: Bytes a second a large answer's transfer is first given (its committed size over this): a peer
+#: that commits to a large payload and then trickles it holds a pull slot no longer. Each time
+#: it runs out, the next ask of that peer gets twice as long, so an honest peer on a slow link
+#: is still received within the deadline while the slots keep turning over.
+MIN_RATE = 256 * 1024
 IO_TIMEOUT = 30.0
 #: A stream must say what it wants this fast: idle streams cost this process a file descriptor
 #: each (one hostile peer opened 1,100 and cut an honest peer off at the usual 1,024 limit).
@@ -210,6 +216,23 @@ def _question(slot: Slot, wait: float) -> bytes:
     return REQUEST.pack(VERSION, slot[0], slot[1], PHASES.index(slot[2]), max(int(wait * 1000), 0))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Ask:
+    """What one peer is asked for, by when, and the most bytes it may answer. ``size``: what it
+    committed to (0 when not known); a size over ``UNARY_MAX`` is asked over a stream at once.
+    A payload whose bytes differ from its commitment is still received and dropped by the
+    exchange, as on every backend."""
+
+    slot: Slot
+    deadline: float
+    limit: int
+    size: int
+
+    @property
+    def large(self) -> bool:
+        return self.size > UNARY_MAX
+
+
 class Puller:
     """Pulls one slot from many peers at once, at most ``concurrency`` streams open, until each
     answered, stopped mattering (``wanted`` turns False: it left the swarm), or the deadline."""
@@ -235,17 +258,19 @@ class Puller:
         redial: Callable[[str], Awaitable[None]],
         stop: Callable[[], bool],
         enough: int | None = None,
-        large: Collection[str] = (),
+        sizes: Mapping[str, int] | None = None,
         until: Mapping[str, float] | None = None,
     ) -> dict[str, bytes]:
         """Bytes per peer, in arrival order. ``deadline`` is on the loop's clock. ``enough``:
         stop once that many answered with bytes (the strategy's spares are not waited for).
-        ``large``: peers whose answer is known to exceed ``UNARY_MAX``, asked over a stream at once.
+        ``sizes``: how many bytes some peers committed to (the reveal phase): one over
+        ``UNARY_MAX`` is asked over a stream at once, and its transfer is given time by its size.
         ``until``: earlier deadlines for some peers (not worth the whole wait)."""
         loop = asyncio.get_running_loop()
         got: dict[str, bytes] = {}
-        ends = {p: min(deadline, (until or {}).get(p, deadline)) for p in peers}
-        tasks = [asyncio.create_task(self._one(p, slot, ends[p], limit, wanted, redial, stop, got, p in large)) for p in peers]
+        sizes, until = sizes or {}, until or {}
+        asks = {p: _Ask(slot, min(deadline, until.get(p, deadline)), limit, sizes.get(p, 0)) for p in peers}
+        tasks = [asyncio.create_task(self._one(p, asks[p], wanted, redial, stop, got)) for p in peers]
         want = len(tasks) if enough is None else enough
         try:
             pending = set(tasks)
@@ -257,30 +282,38 @@ class Puller:
         return got
 
     async def _one(
-        self, peer: str, slot: Slot, deadline: float, limit: int, wanted: Any, redial: Any, stop: Any, got: dict[str, bytes], large: bool
+        self,
+        peer: str,
+        ask: _Ask,
+        wanted: Callable[[str], bool],
+        redial: Callable[[str], Awaitable[None]],
+        stop: Callable[[], bool],
+        got: dict[str, bytes],
     ) -> None:
         loop, backoff = asyncio.get_running_loop(), 0.02
-        ask = request_stream if large else request
+        transfer = ask.size / MIN_RATE  # doubles each time a large answer runs out of it
+        call = request_stream if ask.large else request
         while not stop():  # bounded: every pass takes a long poll or a growing pause, until the deadline
-            left = deadline - loop.time()
+            left = ask.deadline - loop.time()
             if left <= 0.01:
                 return
             asked, wait = loop.time(), min(left - 0.01, POLL_SLICE)
-            # A small answer is bounded by the wait asked for plus a round trip, not by the
-            # deadline: a server that ignores the wait must not hold one of the pull slots to the
-            # end. A stream's transfer takes as long as its size needs, so it keeps the deadline.
-            bound = left if large else min(left, wait + ANSWER_GRACE)
+            # An answer is bounded by the wait asked for plus a round trip (and, when large, its
+            # committed size's transfer), not by the deadline: a server that ignores the wait or
+            # trickles its bytes must not hold one of the pull slots to the end.
+            bound = min(left, wait + ANSWER_GRACE + (transfer if ask.large else 0.0))
             try:
                 async with self.semaphore:
-                    status, data = await asyncio.wait_for(ask(self.p2p, self.peer_id_of(peer), self.proto, slot, wait, limit), bound)
+                    status, data = await asyncio.wait_for(call(self.p2p, self.peer_id_of(peer), self.proto, ask.slot, wait, ask.limit), bound)
             except asyncio.TimeoutError:
+                transfer *= 2
                 continue  # asked again while time is left (an honest but slow answer comes then)
             except self.errors as e:
                 if not wanted(peer):
                     return
-                log.debug("pull %s from %s: %s", slot, peer, e)
+                log.debug("pull %s from %s: %s", ask.slot, peer, e)
                 await redial(peer)
-                await asyncio.sleep(min(backoff, max(deadline - loop.time(), 0)))
+                await asyncio.sleep(min(backoff, max(ask.deadline - loop.time(), 0)))
                 backoff = min(backoff * 2, 0.5)
                 continue
             self.sightings[peer] = time.time()
@@ -290,5 +323,5 @@ class Puller:
             if status is not Status.LATER:
                 return
             if loop.time() - asked < wait / 2:  # "later" long before the wait it was asked for: do not spin
-                await asyncio.sleep(min(backoff, max(deadline - loop.time(), 0)))
+                await asyncio.sleep(min(backoff, max(ask.deadline - loop.time(), 0)))
                 backoff = min(backoff * 2, 0.5)
