@@ -15,10 +15,10 @@ from typing import Any
 from genrl_swarm.comm import InMemoryBackend, InMemorySwarm
 from genrl_swarm.comm.base import FRESH_SHARE
 from genrl_swarm.coord import LocalCoordinator
-from genrl_swarm.core import GameConfig, GameManager
+from genrl_swarm.core import GameConfig, GameManager, Task
 from genrl_swarm.core.types import RoundResult
 
-from helpers import RecordingGame, Stranger
+from helpers import Echo, RecordingGame, Stranger, echo
 
 
 def play(comms: list[InMemoryBackend], rounds: int, timeout: float, stages: int = 1) -> dict[str, tuple[list[RoundResult], GameManager]]:
@@ -105,3 +105,42 @@ def test_a_member_that_never_posts_costs_one_short_wait_per_round_after_its_firs
         per_round = [sum(r.metrics[f"time/exchange_s{s}"] for s in range(stages)) for r in results[1:]]
         assert max(per_round) < 1.3, per_round  # one FRESH_SHARE wait (0.6 s); before: one per stage (1.8 s)
         assert all(sorted(r.rewards) == ["A", "B"] for r in results)
+
+
+def test_a_silent_member_costs_one_short_wait_a_round_while_another_member_is_unsure() -> None:
+    """Found by a hostile review: b sat round 0 out (paused), so beside the silent member it is
+    "unsure" for LATE_WINDOW rounds and owed its own short wait at every stage. Each phase then
+    waited that short wait for *everyone* unsure, so the silent member, whose short wait was spent
+    at stage 0, cost one again at every stage (1.8 s a round here). Now each member is waited for
+    its own patience: the silent one is asked once, b is received as soon as it answers."""
+    swarm = InMemorySwarm()
+    a, b, c = (InMemoryBackend(swarm, p) for p in ("A", "B", "C"))
+    InMemoryBackend(swarm, "silent")  # joins, never posts
+    stages, timeout = 3, 6.0
+
+    def stage_all(peers: list[InMemoryBackend], round: int, stage: int) -> tuple[float, set[str]]:
+        """Every peer in ``peers`` exchanges (round, stage) at once: a's seconds and whom it received."""
+        out: dict[str, tuple[float, set[str]]] = {}
+
+        def one(peer: InMemoryBackend) -> None:
+            start = time.monotonic()
+            result = peer.exchange(round, stage, [echo(Task.create("q").input(0), peer.peer_id)], timeout, Echo)
+            out[peer.peer_id] = (time.monotonic() - start, set(result.received))
+
+        threads = [threading.Thread(target=one, args=(p,)) for p in peers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(out) == len(peers)
+        return out["A"]
+
+    for stage in range(stages):  # round 0 without b: a and c wait in full for b and the silent member
+        stage_all([a, c], 0, stage)
+    stage_all([a, b, c], 1, 0)  # b's first round back: it waits in full for the silent member once, and is late at a
+    for stage in (1, 2):
+        stage_all([a, b, c], 1, stage)
+    for round in (2, 3, 4):  # b and the silent member are both unsure at a until round 5
+        took, received = zip(*(stage_all([a, b, c], round, stage) for stage in range(stages)))
+        assert all(r == {"A", "B", "C"} for r in received), (round, received)
+        assert sum(took) < 1.2, (round, took)  # one FRESH_SHARE wait (0.6 s) a round; before: one per stage (1.8 s)

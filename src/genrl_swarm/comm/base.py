@@ -19,8 +19,9 @@ and passes on (``Envelope.evidence``).
 
 Waiting: the reveal phase (and a transport's commit phase) waits the full deadline only for
 members (as the transport knows them) that were not late in the last ``LATE_WINDOW`` rounds;
-others (fresh ids, recent stallers) get ``FRESH_SHARE`` of the timeout (``short_wait``). Once a
-member stays silent through its short wait it gets none again that round, and ids that are not
+others (fresh ids, recent stallers) get ``FRESH_SHARE`` of the timeout (``short_wait``), each its
+own (``patience``). Once a member stays silent through its short wait it gets none again that
+round, even while another member is still owed one, and ids that are not
 members share one such budget a round: a stream of new ids that commit and never reveal costs at
 most one short wait a round, a member that stalls one full wait per ``LATE_WINDOW`` + 1 rounds
 and a short wait a round in between (only a missed full wait marks a peer late: ``_missed``),
@@ -193,6 +194,12 @@ class ByteBackend(Communication):
         members = [p for p in peers if self.is_member(p)]
         owed = any(self._silent.get(p) != round for p in members) or (len(members) < len(peers) and self._strangers_silent != round)
         return min(self.fresh_wait, left) if owed else 0.0
+
+    def patience(self, peer: str, round: int, timeout: float) -> float:
+        """How long one phase waits for ``peer``: all of ``timeout`` for a punctual member, else its
+        own short wait (0 once it stayed silent through it this round: it is asked once). Per peer,
+        so a silent member is never waited for again in the short wait of another that is unsure."""
+        return timeout if self.punctual(peer, round) else self.short_wait((peer,), round, timeout)
 
     def _missed(self, peers: Collection[str], round: int) -> None:
         """``peers`` sent nothing in time. Only a miss of the full wait makes a peer late: one that

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
@@ -99,10 +99,19 @@ class InMemorySwarm:
             self._interrupted = True
             self._cond.notify_all()
 
-    def collect(self, round: int, stage: int, phase: Phase, timeout: float, wait_for: Collection[str] | None = None) -> dict[str, bytes]:
-        """Wait until everyone in ``wait_for`` (default: every member) posted for the slot, the
-        deadline, or an interrupt; returns the board in posting order."""
-        deadline = time.monotonic() + timeout
+    def collect(
+        self,
+        round: int,
+        stage: int,
+        phase: Phase,
+        timeout: float,
+        wait_for: Collection[str] | None = None,
+        patience: Mapping[str, float] | None = None,
+    ) -> dict[str, bytes]:
+        """Wait until everyone in ``wait_for`` (default: every member) posted for the slot or ran
+        out of its own ``patience`` (seconds; default ``timeout``), or an interrupt; returns the
+        board in posting order."""
+        start, patience = time.monotonic(), patience or {}
         with self._cond:
             while True:
                 board = self._boards.get((round, stage, phase), {})
@@ -110,8 +119,9 @@ class InMemorySwarm:
                     cutoff, slot = self._revealed[(round, stage)], (round, stage, phase)
                     board = {p: d for p, d in board.items() if self._posted[(slot, p)] < cutoff}
                 wanted = self.members if wait_for is None else set(wait_for)
-                remaining = deadline - time.monotonic()
-                if wanted <= board.keys() or remaining <= 0 or self._interrupted:
+                waiting = max((patience.get(p, timeout) for p in wanted - board.keys()), default=0.0)
+                remaining = start + waiting - time.monotonic()
+                if remaining <= 0 or self._interrupted:
                     return dict(board)
                 self._cond.wait(remaining)
 
@@ -141,18 +151,10 @@ class InMemoryBackend(ByteBackend):
         self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None
     ) -> RawExchange:
         self.swarm.post(round, stage, phase, self.peer_id, data, self._handle)
-        wanted = set(self.swarm.members if wait_for is None else wait_for) - self.quarantined
-        if phase == "commit":  # members late lately get the short wait, once per round (as committers at the reveal)
-            deadline = time.monotonic() + timeout
-            unsure = {p for p in wanted - {self.peer_id} if not self.punctual(p, round)}
-            first = self.short_wait(unsure, round, timeout) if unsure else timeout
-            got = self.swarm.collect(round, stage, phase, first, wanted)
-            self.stayed_silent(unsure - got.keys(), round)  # not again this round
-            waited = {p for p in wanted - got.keys() if self.punctual(p, round)}
-            if waited:
-                got = self.swarm.collect(round, stage, phase, max(deadline - time.monotonic(), 0.0), waited)
-        else:
-            got = self.swarm.collect(round, stage, phase, timeout, wanted)
+        wanted = set(self.swarm.members if wait_for is None else wait_for) - self.quarantined - {self.peer_id}
+        patience = {p: self.patience(p, round, timeout) for p in wanted}  # members late lately: their short wait
+        got = self.swarm.collect(round, stage, phase, timeout, wanted, patience)
+        self.stayed_silent({p for p in wanted - got.keys() if not self.punctual(p, round)}, round)  # not again this round
         missing = frozenset(wanted - got.keys() - {self.peer_id}) if phase == "commit" else frozenset()
         return RawExchange(got, expected=len(self.swarm.members - self.quarantined), missing=missing)
 

@@ -174,19 +174,18 @@ class HivemindBackend(ByteBackend):
             self.round = max(self.round, round)
         deadline = time.monotonic() + timeout
         enough: int | None = None
-        short: set[str] = set()  # asked for at most their short wait (``short_wait``)
         if wait_for is None:  # the commit phase: the strategy picks whom to ask
             plan = self._plan(round, stage)
             targets = list(plan.candidates)
             enough = plan.needed if plan.needed < len(targets) else None  # None: wait for every candidate
-            if enough is None:  # a member late lately (no commitment, or no reveal) costs the short wait, not the deadline
-                short = {p for p in targets if not self.punctual(p, round)}
         else:
             targets = sorted(set(wait_for) - {self.peer_id} - self.quarantined)
+        # A member late lately (no commitment, or no reveal) costs its own short wait, not the deadline.
+        short = {p for p in targets if not self.punctual(p, round)} if enough is None else set()
         limit = COMMIT_LIMIT if phase == "commit" else self.codec.max_bytes
         sizes = {p: self.committed_sizes[p] for p in targets if phase == "reveal" and p in self.committed_sizes}
         left = max(deadline - time.monotonic(), ASK_ONCE)  # past the deadline, still one quick ask: the bytes may be there
-        patience = {p: max(self.short_wait({p}, round, left), ASK_ONCE) for p in short}
+        patience = {p: max(self.patience(p, round, left), ASK_ONCE) for p in short}
         try:
             got = self._loop.call(self._pull((round, stage, phase), data, targets, limit, left, enough, sizes, patience), left + 2.0)
         except TimeoutError as e:  # the loop itself did not answer: p2pd or this process is stuck
