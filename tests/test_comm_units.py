@@ -763,14 +763,14 @@ def test_a_peer_late_once_is_received_again_beside_a_member_that_stays_silent() 
 def test_an_honest_peer_a_little_behind_is_received_again_after_one_miss() -> None:
     """h misses round 0, then starts every exchange 0.3 of the timeout after a: more than its short
     wait, well within the full one. A short miss no longer renews its late mark (review: it was
-    never received again), so after LATE_WINDOW rounds a waits for it in full once and it is back."""
-    from genrl_swarm.core.trust import LATE_WINDOW
+    never received again), so at its probe round a waits for it in full once and it is back."""
+    from genrl_swarm.core.trust import waited_for_again
 
     _, (a, h) = board("a", "h")
     timeout = 1.0
     a.exchange(0, 0, [body()], timeout=timeout, body_type=Echo)  # h sits round 0 out
     received = []
-    for round in range(1, LATE_WINDOW + 4):
+    for round in range(1, waited_for_again("h", 0) + 2):
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             mine = pool.submit(a.exchange, round, 0, [body()], timeout, Echo)
             time.sleep(0.3 * timeout)

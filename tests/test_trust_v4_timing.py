@@ -96,51 +96,83 @@ def test_fresh_ids_at_every_stage_cost_one_short_wait_per_round_in_total() -> No
 
 def test_a_member_that_never_posts_costs_one_short_wait_per_round_after_its_first() -> None:
     """Found by a hostile review: after its first full wait a silent member was waited for a
-    tenth of the timeout at every stage's commit phase (1.8 s a round here), not once a round."""
+    tenth of the timeout at every stage's commit phase (1.8 s a round here), not once a round.
+    It is waited for in full again only at its probe rounds (``waited_for_again``)."""
+    from genrl_swarm.core.trust import waited_for_again
+
     swarm = InMemorySwarm()
     comms = [InMemoryBackend(swarm, p) for p in ("A", "B")]
     InMemoryBackend(swarm, "silent")  # joins, never posts
-    rounds, stages, timeout = 3, 3, 6.0
+    rounds, stages, timeout = 7, 3, 6.0
+    probes = {waited_for_again("silent", 0)}
+    probes.add(waited_for_again("silent", min(probes)))
     for results, _ in play(comms, rounds, timeout, stages).values():
-        per_round = [sum(r.metrics[f"time/exchange_s{s}"] for s in range(stages)) for r in results[1:]]
-        assert max(per_round) < 1.3, per_round  # one FRESH_SHARE wait (0.6 s); before: one per stage (1.8 s)
+        per_round = [sum(r.metrics[f"time/exchange_s{s}"] for s in range(stages)) for r in results]
+        between = [t for r, t in enumerate(per_round) if r and r not in probes]
+        assert max(between) < 1.3, per_round  # one FRESH_SHARE wait (0.6 s); before: one per stage (1.8 s)
+        assert all(per_round[r] > 0.5 * timeout for r in probes if r < rounds), per_round  # the full wait, at every peer at once
         assert all(sorted(r.rewards) == ["A", "B"] for r in results)
+
+
+def exchange_all(peers: list[InMemoryBackend], round: int, stage: int, timeout: float) -> dict[str, tuple[float, set[str]]]:
+    """Every peer in ``peers`` exchanges (round, stage) at once: each one's seconds and whom it received."""
+    out: dict[str, tuple[float, set[str]]] = {}
+
+    def one(peer: InMemoryBackend) -> None:
+        start = time.monotonic()
+        result = peer.exchange(round, stage, [echo(Task.create("q").input(0), peer.peer_id)], timeout, Echo)
+        out[peer.peer_id] = (time.monotonic() - start, set(result.received))
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in peers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(out) == len(peers)
+    return out
 
 
 def test_a_silent_member_costs_one_short_wait_a_round_while_another_member_is_unsure() -> None:
     """Found by a hostile review: b sat round 0 out (paused), so beside the silent member it is
-    "unsure" for LATE_WINDOW rounds and owed its own short wait at every stage. Each phase then
-    waited that short wait for *everyone* unsure, so the silent member, whose short wait was spent
-    at stage 0, cost one again at every stage (1.8 s a round here). Now each member is waited for
-    its own patience: the silent one is asked once, b is received as soon as it answers."""
+    "unsure" for a few rounds and owed its own short wait at every stage. Each phase then waited
+    that short wait for *everyone* unsure, so the silent member, whose short wait was spent at
+    stage 0, cost one again at every stage (1.8 s a round here). Now each member is waited for its
+    own patience: the silent one is asked once, b is received as soon as it answers."""
+    from genrl_swarm.core.trust import LATE_WINDOW
+
     swarm = InMemorySwarm()
     a, b, c = (InMemoryBackend(swarm, p) for p in ("A", "B", "C"))
     InMemoryBackend(swarm, "silent")  # joins, never posts
     stages, timeout = 3, 6.0
-
-    def stage_all(peers: list[InMemoryBackend], round: int, stage: int) -> tuple[float, set[str]]:
-        """Every peer in ``peers`` exchanges (round, stage) at once: a's seconds and whom it received."""
-        out: dict[str, tuple[float, set[str]]] = {}
-
-        def one(peer: InMemoryBackend) -> None:
-            start = time.monotonic()
-            result = peer.exchange(round, stage, [echo(Task.create("q").input(0), peer.peer_id)], timeout, Echo)
-            out[peer.peer_id] = (time.monotonic() - start, set(result.received))
-
-        threads = [threading.Thread(target=one, args=(p,)) for p in peers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert len(out) == len(peers)
-        return out["A"]
-
     for stage in range(stages):  # round 0 without b: a and c wait in full for b and the silent member
-        stage_all([a, c], 0, stage)
-    stage_all([a, b, c], 1, 0)  # b's first round back: it waits in full for the silent member once, and is late at a
-    for stage in (1, 2):
-        stage_all([a, b, c], 1, stage)
-    for round in (2, 3, 4):  # b and the silent member are both unsure at a until round 5
-        took, received = zip(*(stage_all([a, b, c], round, stage) for stage in range(stages)))
+        exchange_all([a, c], 0, stage, timeout)
+    for stage in range(stages):  # b's first round back: it waits in full for the silent member once, and is late at a
+        exchange_all([a, b, c], 1, stage, timeout)
+    measured = []
+    for round in range(2, 2 + LATE_WINDOW + 1):
+        # b is marked late until its probe round; the silent member is waited for in full at its own
+        both_unsure = not a.punctual("B", round) and not a.punctual("silent", round)
+        took, received = zip(*(exchange_all([a, b, c], round, stage, timeout)["A"] for stage in range(stages)))
         assert all(r == {"A", "B", "C"} for r in received), (round, received)
-        assert sum(took) < 1.2, (round, took)  # one FRESH_SHARE wait (0.6 s) a round; before: one per stage (1.8 s)
+        if both_unsure:
+            measured.append(sum(took))
+    assert measured and max(measured) < 1.2, measured  # one FRESH_SHARE wait (0.6 s) a round; before: one per stage (1.8 s)
+
+
+def test_peers_that_marked_a_silent_member_late_in_different_rounds_wait_for_it_in_the_same_rounds() -> None:
+    """Found by a hostile review: b joined a round after a and c, so it marked the silent member
+    late a round later and waited for it in full again a round after them, every time; a and c
+    wait for b's answers, so the swarm paid two full waits every LATE_WINDOW + 1 rounds. Now every
+    peer waits for a member in full again in the same rounds (``waited_for_again``): one."""
+    from genrl_swarm.core.trust import LATE_WINDOW, waited_for_again
+
+    swarm = InMemorySwarm()
+    a, b, c = (InMemoryBackend(swarm, p) for p in ("A", "B", "C"))
+    InMemoryBackend(swarm, "silent")  # joins, never posts
+    timeout, rounds = 2.0, 2 * (LATE_WINDOW + 1)
+    exchange_all([a, c], 0, 0, timeout)  # b joins the game in round 1
+    exchange_all([a, b, c], 1, 0, timeout)
+    took = [exchange_all([a, b, c], r, 0, timeout)["A"][0] for r in range(2, 2 + rounds)]
+    full = [r for r, t in zip(range(2, 2 + rounds), took) if t > 0.5 * timeout]
+    assert full == sorted(r for r in range(2, 2 + rounds) if (r - waited_for_again("silent", 0)) % (LATE_WINDOW + 1) == 0), (full, took)
+    assert len(full) == 2  # before: 4 (a and c's rounds, and b's a round later)

@@ -18,13 +18,14 @@ sender for one (round, stage) that differ are a proof of equivocation, which thi
 and passes on (``Envelope.evidence``).
 
 Waiting: the reveal phase (and a transport's commit phase) waits the full deadline only for
-members (as the transport knows them) that were not late in the last ``LATE_WINDOW`` rounds;
+members (as the transport knows them) not marked late (a missed full wait marks a member until
+its next probe round, one in ``LATE_WINDOW`` + 1, the same at every peer: ``waited_for_again``);
 others (fresh ids, recent stallers) get ``FRESH_SHARE`` of the timeout (``short_wait``), each its
 own (``patience``). Once a member stays silent through its short wait it gets none again that
 round, even while another member is still owed one, and ids that are not
 members share one such budget a round: a stream of new ids that commit and never reveal costs at
 most one short wait a round, a member that stalls one full wait per ``LATE_WINDOW`` + 1 rounds
-and a short wait a round in between (only a missed full wait marks a peer late: ``_missed``),
+(in the same rounds at every honest peer) and a short wait a round in between (only a missed full wait marks a peer late: ``_missed``),
 and a member that was late once is still waited for its own short wait beside them (one budget
 for all let a silent member starve it). A transport's start gate (``ready``) runs before the
 deadline starts.
@@ -47,7 +48,7 @@ from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, Payload
 from genrl_swarm.core.bodies import MAX_EVIDENCE, Body, Envelope
 from genrl_swarm.core.identity import Identity, public_key_of, verify_key
 from genrl_swarm.core.interfaces import Communication, ExchangeResult
-from genrl_swarm.core.trust import LATE_WINDOW
+from genrl_swarm.core.trust import waited_for_again
 from genrl_swarm.core.types import Ref
 from genrl_swarm.protocol.exchange import Deadlines
 
@@ -184,8 +185,9 @@ class ByteBackend(Communication):
         return True
 
     def punctual(self, peer: str, round: int) -> bool:
-        """An established member not late in the last ``LATE_WINDOW`` rounds: worth the full wait."""
-        return self.is_member(peer) and self._late.get(peer, -LATE_WINDOW - 1) < round - LATE_WINDOW
+        """An established member not marked late, or past its mark (``waited_for_again``): worth the full wait."""
+        late = self._late.get(peer)
+        return self.is_member(peer) and (late is None or round >= waited_for_again(peer, late))
 
     def short_wait(self, peers: Collection[str], round: int, left: float) -> float:
         """How long to wait for ``peers`` (not punctual): ``fresh_wait``, unless every member among
@@ -203,7 +205,7 @@ class ByteBackend(Communication):
 
     def _missed(self, peers: Collection[str], round: int) -> None:
         """``peers`` sent nothing in time. Only a miss of the full wait makes a peer late: one that
-        missed its short wait keeps the mark it has, so after ``LATE_WINDOW`` rounds it is waited
+        missed its short wait keeps the mark it has, so at its next probe round it is waited
         for in full once more (an honest peer a little behind the others comes back then; before,
         each short miss renewed the mark and it never did)."""
         for peer in peers:
@@ -329,7 +331,7 @@ class ByteBackend(Communication):
             del self._records[key]
         for peer in [p for p, proof in self.proofs.items() if proof[0] < round - KEEP_ROUNDS]:
             del self.proofs[peer]
-        for peer in [p for p, r in self._late.items() if r < round - LATE_WINDOW]:
+        for peer in [p for p, r in self._late.items() if round >= waited_for_again(p, r)]:
             del self._late[peer]
         self._silent = {p: r for p, r in self._silent.items() if r >= round}
 

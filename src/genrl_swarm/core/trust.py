@@ -13,6 +13,7 @@ for them (``comm.base``), which bounds what a staller costs without framing a sl
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
@@ -34,6 +35,18 @@ LATE_WINDOW = 4
 #: A sender neither quarantined nor dropped for this many rounds is forgotten (its per-sender
 #: entries pruned; the totals by kind stay): fresh ids cost this peer bounded memory.
 MEMORY_ROUNDS = 32
+
+
+def waited_for_again(peer: str, late: int) -> int:
+    """The round a member that missed a full wait in round ``late`` is worth the full wait again:
+    the next of its probe rounds, one in ``LATE_WINDOW`` + 1 fixed by its id (1 to 5 rounds on).
+    Every honest peer derives the same ones, so peers that marked a silent member late in
+    different rounds (one joined later, or it answered some and not others) wait for it in full
+    together at the next probe round, and from then on once per ``LATE_WINDOW`` + 1 rounds,
+    instead of each in rounds of its own (each also waits for the others' answers, so every such
+    round cost everyone a full wait)."""
+    slot = int.from_bytes(hashlib.sha256(peer.encode()).digest()[:8], "big") % (LATE_WINDOW + 1)
+    return late + 1 + (slot - late - 1) % (LATE_WINDOW + 1)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from genrl_swarm.comm.hivemind.membership import Membership
 from genrl_swarm.comm.hivemind.peers import AddressBook
 from genrl_swarm.comm.hivemind.process import kill_all, p2pd_of, running
 from genrl_swarm.comm.hivemind.streams import Puller, SlotStore, serve, serve_unary
-from genrl_swarm.core.trust import LATE_WINDOW
+from genrl_swarm.core.trust import LATE_WINDOW, waited_for_again
 from genrl_swarm.protocol import Plan, Strategy, make_strategy
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ class HivemindBackend(ByteBackend):
     def _plan(self, round: int, stage: int) -> Plan:
         """The protocol core's choice for this (round, stage), from the live members; peers that
         committed and revealed nothing lately are asked last."""
-        self._late = {p: r for p, r in self._late.items() if r >= round - LATE_WINDOW}  # as ByteBackend.punctual
+        self._late = {p: r for p, r in self._late.items() if round < waited_for_again(p, r)}  # as ByteBackend.punctual
         recent = set(self._late)
         plan = self.strategy.plan(self.swarm_id, self.peer_id, round, stage, sorted(self.membership.live()), self.quarantined, recent)
         self.plans[(round, stage)] = plan
