@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,6 +176,8 @@ def test_a_live_member_that_never_commits_costs_the_full_wait_once(trio: tuple[H
     waited for until the commit deadline in every exchange, and never reported late: the swarm ran
     at the pace of its timeout for as long as it stayed. Now it is late (dropped, never counted)
     and gets the short wait (a tenth of the timeout, once a round) while it stays silent."""
+    from genrl_swarm.core.trust import waited_for_again
+
     a, b, silent = (backend(trio[0], swarm="silent") for _ in range(3))
     try:
         wait_until(lambda: all(len(p.membership.live()) == 3 for p in (a, b, silent)), 20, "the three to see each other")
@@ -185,7 +188,8 @@ def test_a_live_member_that_never_commits_costs_the_full_wait_once(trio: tuple[H
             took.append(time.monotonic() - start)
             for peer in (a, b):
                 assert got[peer.peer_id].late == {silent.peer_id} and set(got[peer.peer_id].received) == {a.peer_id, b.peer_id}
-        assert all(t < 4.0 for t in took[1:]), took  # before: >= 6 s (the commit deadline) every round
+        probe = waited_for_again(silent.peer_id, 0)  # the one round it is waited for in full again, at both
+        assert [r for r in (1, 2, 3) if took[r] >= 4.0] == [r for r in (1, 2, 3) if r == probe], took  # before: >= 6 s every round
     finally:
         for p in (a, b, silent):
             p.close()
@@ -235,89 +239,101 @@ def test_a_punctual_peer_that_reveals_after_the_short_wait_is_still_received(tri
             x.close()
 
 
-@pytest.mark.parametrize("ignores_the_wait", [False, True], ids=["holding", "never-answering"])
-def test_peers_that_hold_their_answers_back_cannot_keep_an_honest_peer_from_being_asked(
-    monkeypatch: pytest.MonkeyPatch, ignores_the_wait: bool
-) -> None:
-    """100 members (Sybils sorted first in the plan) each hold their long poll open until the deadline;
-    the puller runs 32 polls at once. Before, they held every slot to the end and the honest peer
-    was never asked; now a poll is asked to be held at most POLL_SLICE, and slots turn over. A
-    Sybil that ignores the wait asked for (never answers) is cut off by the requester itself after
-    the wait plus ANSWER_GRACE (review: it held its slot to the deadline)."""
+def pull_with(request: Any, peers: list[str], seconds: float, sizes: dict[str, int] | None = None) -> tuple[dict[str, bytes], float]:
+    """``Puller.pull`` of a reveal from ``peers`` with ``request`` standing in for the p2p calls
+    (unary and stream): the bytes it got, and how long it took. 32 asks at once, as in a backend."""
     import asyncio
 
     from genrl_swarm.comm.hivemind import streams
 
-    monkeypatch.setattr(streams, "POLL_SLICE", 0.2)
-    monkeypatch.setattr(streams, "ANSWER_GRACE", 0.2)
+    async def pull() -> tuple[dict[str, bytes], float]:
+        async def redial(peer: str) -> None:
+            return None
 
-    async def request(p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int) -> tuple[streams.Status, bytes]:
+        puller = streams.Puller(None, "proto", 32, lambda p: p, {})
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        got = await puller.pull(peers, (1, 0, "reveal"), start + seconds, 4 * 2**20, lambda p: True, redial, lambda: False, enough=1, sizes=sizes)
+        return got, loop.time() - start
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(streams, "request", request)
+        patch.setattr(streams, "request_stream", request)
+        return asyncio.run(pull())
+
+
+SYBILS = [f"sybil{i}" for i in range(100)]  # members sorted first in the plan
+
+
+@pytest.mark.parametrize("sybil", ["holding", "never-answering", "withholding-large", "trickling-large"])
+def test_peers_that_hold_their_answers_back_cannot_keep_an_honest_peer_from_being_asked(sybil: str) -> None:
+    """100 members (Sybils sorted first in the plan) each hold their answer back; the puller runs 32
+    asks at once, with the real constants. ``holding``: each long poll held as long as asked.
+    ``never-answering``: a server that ignores the wait (cut by the asker after the wait plus
+    ANSWER_GRACE; review: it held its slot to the deadline). ``withholding-large``: committed 2 MB
+    and sends not even the header (review: given the transfer time of its size before a byte
+    came, 100 of them kept the honest peer from ever being asked). ``trickling-large``: sends the
+    header, then 1 KB/s (review: held its slot for its size's transfer time). Before each fix the
+    honest peer was not received within the deadline."""
+    import asyncio
+
+    from genrl_swarm.comm.hivemind import streams
+
+    async def request(
+        p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int, progress: streams.Progress
+    ) -> tuple[streams.Status, bytes]:
         if peer == "honest":
             return streams.Status.DATA, b"ok"
-        await asyncio.sleep(3600 if ignores_the_wait else wait)  # a Sybil holds its answer back
-        return streams.Status.LATER, b""
+        if sybil == "holding":
+            await asyncio.sleep(wait)
+            return streams.Status.LATER, b""
+        if sybil == "trickling-large":
+            progress.header_at = asyncio.get_running_loop().time()
+            while True:
+                await asyncio.sleep(0.1)
+                progress.got += 100
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
 
-    monkeypatch.setattr(streams, "request", request)
-
-    async def pull() -> tuple[dict[str, bytes], float]:
-        async def redial(peer: str) -> None:
-            return None
-
-        puller = streams.Puller(None, "proto", 32, lambda p: p, {})
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        got = await puller.pull(
-            [f"sybil{i}" for i in range(100)] + ["honest"], (1, 0, "commit"), start + 5.0, 1000, lambda p: True, redial, lambda: False, enough=1
-        )
-        return got, loop.time() - start
-
-    got, took = asyncio.run(pull())
-    assert got == {"honest": b"ok"} and took < 3.0, (got, took)
+    sizes = dict.fromkeys([*SYBILS, "honest"], 2 * 2**20) if sybil.endswith("large") else None
+    got, took = pull_with(request, [*SYBILS, "honest"], 20.0, sizes)
+    assert got == {"honest": b"ok"} and took < 12.0, (got, took)  # ~4 turnovers of the 32 slots, 1-2 s each
 
 
-@pytest.mark.parametrize("honest_rate", [None, 0.3], ids=["fast-honest", "slow-honest"])
-def test_peers_that_trickle_a_large_reveal_cannot_keep_an_honest_peer_from_being_asked(
-    monkeypatch: pytest.MonkeyPatch, honest_rate: float | None
-) -> None:
-    """100 members (sorted first) committed to 1 MB each and, asked over a stream, send the header
-    and then trickle their bytes forever; the puller runs 32 transfers at once. Before, a stream was
-    bounded only by the deadline, so they held every slot to the end and the honest peer was never
-    asked (review). Now a transfer gets its committed size over MIN_RATE and slots turn over; an
-    honest peer slower than that first budget (``slow-honest``: 0.3 of the rate) is still received,
-    as each ask of it gets twice as long as the last."""
+def test_a_slow_honest_stream_is_received_when_no_one_waits_for_its_slot() -> None:
+    """A 512 KB answer at 64 KB/s (a quarter of MIN_RATE) takes 8 s. No other ask waits for a slot,
+    so it is not cut: received (review: cut at its size's transfer time and restarted from byte 0,
+    it was never received within 12 s)."""
     import asyncio
 
     from genrl_swarm.comm.hivemind import streams
 
-    monkeypatch.setattr(streams, "POLL_SLICE", 0.2)
-    monkeypatch.setattr(streams, "ANSWER_GRACE", 0.2)
-    monkeypatch.setattr(streams, "MIN_RATE", 10 * 2**20)  # 1 MB: 0.1 s, then 0.2, 0.4, ...
-    size = 2**20
+    size = 512 * 1024
 
-    async def request_stream(p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int) -> tuple[streams.Status, bytes]:
-        if peer != "honest":
-            await asyncio.sleep(3600)  # the header came; the bytes trickle
-        elif honest_rate:
-            await asyncio.sleep(size / (streams.MIN_RATE * honest_rate))
+    async def request(
+        p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int, progress: streams.Progress
+    ) -> tuple[streams.Status, bytes]:
+        progress.header_at = asyncio.get_running_loop().time()
+        while progress.got < size:
+            await asyncio.sleep(0.25)
+            progress.got += 16 * 1024
         return streams.Status.DATA, b"ok"
 
-    monkeypatch.setattr(streams, "request_stream", request_stream)
+    got, took = pull_with(request, ["slow"], 12.0, {"slow": size})
+    assert got == {"slow": b"ok"} and 7.5 < took < 11.0, (got, took)
 
-    async def pull() -> tuple[dict[str, bytes], float]:
-        async def redial(peer: str) -> None:
-            return None
 
-        puller = streams.Puller(None, "proto", 32, lambda p: p, {})
-        peers = [f"sybil{i}" for i in range(100)] + ["honest"]
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        got = await puller.pull(
-            peers, (1, 0, "reveal"), start + 8.0, 2 * size, lambda p: True, redial, lambda: False, enough=1, sizes=dict.fromkeys(peers, size)
-        )
-        return got, loop.time() - start
+def test_a_call_that_times_out_by_itself_backs_off() -> None:
+    """A timeout raised inside the call (Python's TimeoutError is an OSError) takes the failure
+    path with its growing pause (review: 92,302 asks in 2 s, a hot loop)."""
+    calls = []
 
-    got, took = asyncio.run(pull())
-    assert got == {"honest": b"ok"} and took < 6.0, (got, took)
+    async def request(p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int, progress: object) -> tuple[object, bytes]:
+        calls.append(peer)
+        raise TimeoutError("ETIMEDOUT")
+
+    got, _ = pull_with(request, ["unreachable"], 2.0)
+    assert got == {} and len(calls) < 20, len(calls)
 
 
 def test_killed_peer_is_waited_for_only_until_its_liveness_expires(trio: tuple[HivemindBackend, ...], caplog: pytest.LogCaptureFixture) -> None:

@@ -39,13 +39,17 @@ MAX_SERVE_WAIT = 30.0
 #: free again after at most this, so peers that hold their answer back (a crowd of Sybil members
 #: sorted first) cannot keep honest peers from ever being asked (review: 100 such held all 32).
 POLL_SLICE = 1.0
-#: Seconds a small answer may take beyond the long poll it was asked for (a loaded machine's round trip).
+#: Seconds an answer's first byte may take beyond the long poll it was asked for (a loaded
+#: machine's round trip): a server that ignores the wait gives its pull slot back after this.
 ANSWER_GRACE = 1.0
-#: Bytes a second a large answer's transfer is first given (its committed size over this): a peer
-#: that commits to a large payload and then trickles it holds a pull slot no longer. Each time
-#: it runs out, the next ask of that peer gets twice as long, so an honest peer on a slow link
-#: is still received within the deadline while the slots keep turning over.
+#: Bytes a second a stream's transfer must keep up once its header came (after ANSWER_GRACE) while
+#: other asks wait for a pull slot: one that trickles its bytes gives its slot back and is asked
+#: again later. With no ask waiting, a transfer runs on to the deadline: a slow honest link is
+#: not cut for nothing (review: restarted from byte 0, it was never received).
 MIN_RATE = 256 * 1024
+#: Seconds between looks at a transfer below MIN_RATE while no ask waits for its slot.
+SLOW_LOOK = 0.25
+CHUNK = 64 * 1024
 IO_TIMEOUT = 30.0
 #: A stream must say what it wants this fast: idle streams cost this process a file descriptor
 #: each (one hostile peer opened 1,100 and cut an honest peer off at the usual 1,024 limit).
@@ -179,35 +183,51 @@ def _status(code: int) -> Status:
     return Status(code)
 
 
-async def request(p2p: Any, peer: Any, proto: str, slot: Slot, wait: float, limit: int) -> tuple[Status, bytes]:
-    """One pull of ``slot`` from ``peer`` (a hivemind PeerID): a unary call, then a stream if
-    the answer is large. The caller bounds it in time."""
+@dataclasses.dataclass
+class Progress:
+    """What a running ask has shown: when its header came (loop time) and the bytes since."""
+
+    header_at: float | None = None
+    got: int = 0
+
+
+async def request(p2p: Any, peer: Any, proto: str, slot: Slot, wait: float, limit: int, progress: Progress) -> tuple[Status, bytes]:
+    """One pull of ``slot`` from ``peer`` (a hivemind PeerID) as a unary call. An answer too large
+    for one comes back as ``Status.STREAM``: ask again with ``request_stream``."""
     answer = await p2p._client.call_unary_handler(peer, f"{proto}/unary", _question(slot, wait))
+    progress.header_at = asyncio.get_running_loop().time()
     if not answer:
         raise ProtocolError(f"empty answer for {slot}")
     status = _status(answer[0])
-    if status is Status.STREAM:
-        return await request_stream(p2p, peer, proto, slot, 0.0, limit)
     if len(answer) - 1 > min(limit, UNARY_MAX):
         raise ProtocolError(f"answered {len(answer) - 1} bytes for {slot}, over the limit of {min(limit, UNARY_MAX)}")
     return status, answer[1:]
 
 
-async def request_stream(p2p: Any, peer: Any, proto: str, slot: Slot, wait: float, limit: int) -> tuple[Status, bytes]:
+async def request_stream(p2p: Any, peer: Any, proto: str, slot: Slot, wait: float, limit: int, progress: Progress) -> tuple[Status, bytes]:
     """Pull ``slot`` over a stream of its own, a long poll of ``wait`` seconds: for an answer
     known to be large (the peer said so, or committed to that many bytes), one round trip
-    fewer than asking over a unary call first."""
+    fewer than asking over a unary call first. ``progress`` shows the transfer to the puller."""
     _, reader, writer = await p2p.call_binary_stream_handler(peer, proto)
     try:
         writer.write(_question(slot, wait))
         await writer.drain()
         status = _status((await reader.readexactly(1))[0])
         if status is not Status.DATA:
+            progress.header_at = asyncio.get_running_loop().time()
             return status, b""
         (size,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
+        progress.header_at = asyncio.get_running_loop().time()
         if size > limit:
             raise ProtocolError(f"offers {size} bytes for {slot}, over the limit of {limit}")
-        return Status.DATA, await reader.readexactly(size)
+        chunks: list[bytes] = []
+        while progress.got < size:
+            chunk = await reader.read(min(CHUNK, size - progress.got))
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"".join(chunks), size)
+            chunks.append(chunk)
+            progress.got += len(chunk)
+        return Status.DATA, b"".join(chunks)
     finally:
         writer.close()
 
@@ -218,24 +238,23 @@ def _question(slot: Slot, wait: float) -> bytes:
 
 @dataclasses.dataclass(frozen=True)
 class _Ask:
-    """What one peer is asked for, by when, and the most bytes it may answer. ``size``: what it
-    committed to (0 when not known); a size over ``UNARY_MAX`` is asked over a stream at once.
-    A payload whose bytes differ from its commitment is still received and dropped by the
-    exchange, as on every backend."""
+    """What one peer is asked for, by when, and the most bytes it may answer; ``stream``: over a
+    stream at once (it committed to more than ``UNARY_MAX``, or answered ``Status.STREAM``)."""
 
     slot: Slot
     deadline: float
     limit: int
-    size: int
-
-    @property
-    def large(self) -> bool:
-        return self.size > UNARY_MAX
+    stream: bool
 
 
 class Puller:
-    """Pulls one slot from many peers at once, at most ``concurrency`` streams open, until each
-    answered, stopped mattering (``wanted`` turns False: it left the swarm), or the deadline."""
+    """Pulls one slot from many peers at once, at most ``concurrency`` asks open, until each
+    answered, stopped mattering (``wanted`` turns False: it left the swarm), or the deadline.
+
+    An ask holds a slot of the concurrency only while its peer keeps up: its first byte within
+    the long poll plus ``ANSWER_GRACE``, then ``MIN_RATE`` while other asks wait for a slot; a
+    peer that falls behind is asked again later, behind them. Sybil members sorted first that
+    hold their answers back or trickle them cannot keep an honest peer from being asked."""
 
     #: Failures that mean "not reachable right now" (dial refused, daemon gone, stream cut).
     ERRORS: tuple[type[BaseException], ...] = (OSError, ConnectionError, asyncio.IncompleteReadError, ProtocolError)
@@ -246,6 +265,7 @@ class Puller:
 
         self.p2p, self.proto, self.peer_id_of, self.sightings = p2p, proto, peer_id_of, sightings
         self.semaphore = asyncio.Semaphore(concurrency)
+        self.queued = 0  # asks waiting for a slot
         self.errors = (*self.ERRORS, P2PDaemonError, P2PHandlerError, ControlFailure, DispatchFailure)
 
     async def pull(
@@ -264,12 +284,13 @@ class Puller:
         """Bytes per peer, in arrival order. ``deadline`` is on the loop's clock. ``enough``:
         stop once that many answered with bytes (the strategy's spares are not waited for).
         ``sizes``: how many bytes some peers committed to (the reveal phase): one over
-        ``UNARY_MAX`` is asked over a stream at once, and its transfer is given time by its size.
+        ``UNARY_MAX`` is asked over a stream at once (never a limit: other bytes are still
+        fetched, and dropped by the exchange as not matching the commitment).
         ``until``: earlier deadlines for some peers (not worth the whole wait)."""
         loop = asyncio.get_running_loop()
         got: dict[str, bytes] = {}
         sizes, until = sizes or {}, until or {}
-        asks = {p: _Ask(slot, min(deadline, until.get(p, deadline)), limit, sizes.get(p, 0)) for p in peers}
+        asks = {p: _Ask(slot, min(deadline, until.get(p, deadline)), limit, sizes.get(p, 0) > UNARY_MAX) for p in peers}
         tasks = [asyncio.create_task(self._one(p, asks[p], wanted, redial, stop, got)) for p in peers]
         want = len(tasks) if enough is None else enough
         try:
@@ -291,24 +312,22 @@ class Puller:
         got: dict[str, bytes],
     ) -> None:
         loop, backoff = asyncio.get_running_loop(), 0.02
-        transfer = ask.size / MIN_RATE  # doubles each time a large answer runs out of it
-        call = request_stream if ask.large else request
         while not stop():  # bounded: every pass takes a long poll or a growing pause, until the deadline
             left = ask.deadline - loop.time()
             if left <= 0.01:
                 return
             asked, wait = loop.time(), min(left - 0.01, POLL_SLICE)
-            # An answer is bounded by the wait asked for plus a round trip (and, when large, its
-            # committed size's transfer), not by the deadline: a server that ignores the wait or
-            # trickles its bytes must not hold one of the pull slots to the end.
-            bound = min(left, wait + ANSWER_GRACE + (transfer if ask.large else 0.0))
             try:
-                async with self.semaphore:
-                    status, data = await asyncio.wait_for(call(self.p2p, self.peer_id_of(peer), self.proto, ask.slot, wait, ask.limit), bound)
-            except asyncio.TimeoutError:
-                transfer *= 2
-                continue  # asked again while time is left (an honest but slow answer comes then)
-            except self.errors as e:
+                self.queued += 1
+                try:
+                    await self.semaphore.acquire()
+                finally:
+                    self.queued -= 1
+                try:
+                    answer = await self._ask(peer, ask, wait)
+                finally:
+                    self.semaphore.release()
+            except self.errors as e:  # TimeoutError is an OSError: a call's own timeout backs off too
                 if not wanted(peer):
                     return
                 log.debug("pull %s from %s: %s", ask.slot, peer, e)
@@ -316,12 +335,47 @@ class Puller:
                 await asyncio.sleep(min(backoff, max(ask.deadline - loop.time(), 0)))
                 backoff = min(backoff * 2, 0.5)
                 continue
+            if answer is None:
+                continue  # gave its slot back (no first byte in time, or fell behind): asked again while time is left
+            status, data = answer
             self.sightings[peer] = time.time()
             if status is Status.DATA:
                 got[peer] = data
                 return
+            if status is Status.STREAM:
+                ask = dataclasses.replace(ask, stream=True)
+                continue
             if status is not Status.LATER:
                 return
             if loop.time() - asked < wait / 2:  # "later" long before the wait it was asked for: do not spin
                 await asyncio.sleep(min(backoff, max(ask.deadline - loop.time(), 0)))
                 backoff = min(backoff * 2, 0.5)
+
+    async def _ask(self, peer: str, ask: _Ask, wait: float) -> tuple[Status, bytes] | None:
+        """One ask, watched: None if it gave its slot back (see the class docstring) or the
+        deadline passed; a failure of the call raises."""
+        loop, progress = asyncio.get_running_loop(), Progress()
+        call = request_stream if ask.stream else request
+        asked = loop.time()
+        task = asyncio.ensure_future(call(self.p2p, self.peer_id_of(peer), self.proto, ask.slot, wait, ask.limit, progress))
+        try:
+            while True:
+                now = loop.time()
+                if progress.header_at is None:
+                    look = asked + wait + ANSWER_GRACE  # no first byte by then: give the slot back
+                else:
+                    look = progress.header_at + ANSWER_GRACE + progress.got / MIN_RATE  # when it falls below MIN_RATE
+                    if look <= now:  # behind: only matters while another ask waits for a slot
+                        look = now + SLOW_LOOK if not self.queued else now
+                if look <= now:
+                    return None
+                done, _ = await asyncio.wait({task}, timeout=min(look, ask.deadline) - now)
+                if done:
+                    return task.result()
+                if loop.time() >= ask.deadline:
+                    return None
+        finally:
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled():
+                task.exception()  # retrieved: a failure after we stopped listening is not logged as lost
