@@ -336,6 +336,51 @@ def test_a_call_that_times_out_by_itself_backs_off() -> None:
     assert got == {} and len(calls) < 20, len(calls)
 
 
+def test_a_dht_process_that_died_holding_hivemind_s_lock_does_not_stop_the_next_from_starting() -> None:
+    """hivemind's MPFuture locks are shared by every process forked from the peer's. A DHT process
+    killed while holding one (mid-send) left it held for good, and every DHT started after it hung
+    until its start timed out (seen in a full test run, after the tests that SIGKILL a DHT). In a
+    fresh process (the stuck lock would poison this one's live peers): a child takes the lock and
+    dies without releasing it; a peer started after that still starts, in seconds."""
+    script = (
+        "import os, sys, time\n"
+        "from hivemind.utils.mpfuture import MPFuture\n"
+        "from genrl_swarm.comm.hivemind.dht import HivemindBackend\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    MPFuture._update_lock.acquire()\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "start = time.monotonic()\n"
+        "peer = HivemindBackend(initial_peers=[], swarm='after-a-death', startup_timeout=15.0)\n"
+        "print('started in', round(time.monotonic() - start, 1), flush=True)\n"
+        "peer.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and "started in" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "held by a process that died: replaced" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_dht_process_stopped_mid_send_releases_hivemind_s_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other half: a DHT process stopped by SIGTERM (its handler runs in the main thread, where
+    the DHT's loop sends) releases the shared lock it holds before it exits."""
+    import multiprocessing
+
+    from hivemind.utils.mpfuture import MPFuture
+
+    from genrl_swarm.comm.hivemind.process import release_held_locks
+
+    monkeypatch.setattr(MPFuture, "_update_lock", multiprocessing.Lock())  # a lock of this test's own
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        MPFuture._update_lock.acquire()
+        release_held_locks()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert MPFuture._update_lock.acquire(timeout=5.0)  # before: held for good by the dead child
+    MPFuture._update_lock.release()
+
+
 def test_killed_peer_is_waited_for_only_until_its_liveness_expires(trio: tuple[HivemindBackend, ...], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     play(trio, 29)  # the victim starts at round 30: the trio must not look "behind" it

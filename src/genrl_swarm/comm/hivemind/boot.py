@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.comm.hivemind.process import LOCK_FDS, dht_class, kill_all, p2pd_of
+from genrl_swarm.comm.hivemind.process import LOCK_FDS, dht_class, free_shared_locks, kill_all, p2pd_of
 from genrl_swarm.core.identity import Identity, IdentityError
 
 log = logging.getLogger(__name__)
@@ -167,6 +167,7 @@ def start_dht(key: Path, initial_peers: list[str], host_maddrs: list[str], timeo
 
 def _launch(key: Path, initial_peers: list[str], host_maddrs: list[str], timeout: float, validators: list[Any], nat: bool) -> Any:
     """One DHT process started and ready, or its exception after the process and p2pd are gone."""
+    free_shared_locks()
     dht = dht_class()(
         initial_peers=initial_peers,
         start=False,

@@ -14,17 +14,27 @@ The fixes live here, all applied inside the forked DHT process:
   to the group) stops the peer in order instead of killing the DHT and p2pd under it.
 * **It dies with its parent.** When the peer process dies, even by SIGKILL, the DHT process
   takes p2pd down and exits, instead of lingering as an orphan that still holds the peer id.
+* **A DHT process that dies leaves hivemind's locks free.** hivemind's ``MPFuture`` guards the
+  pipes its processes answer over with locks shared by every process forked from the peer's; one
+  held by a process that died stays held for good, and every DHT process started after it hangs
+  before it is ready (seen in a test process: a DHT killed mid-send, then each later start timed
+  out). A DHT process stopped by SIGTERM releases what it holds (``release_held_locks``); before
+  each start the peer's process takes each lock for a moment and replaces one nobody releases
+  (``free_shared_locks``: the holder was killed outright).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import os
 import signal
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: Descriptors of the identity locks this process holds; a forked DHT process closes its copies.
 LOCK_FDS: set[int] = set()
@@ -73,10 +83,42 @@ def running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _shared_locks() -> list[tuple[Any, str]]:
+    """(owner, attribute) of each lock hivemind shares between the processes forked from one."""
+    from hivemind.utils.mpfuture import MPFuture, SharedBytes
+
+    return [(MPFuture, "_update_lock"), (MPFuture, "_initialization_lock"), (SharedBytes, "_lock")]
+
+
+def release_held_locks() -> None:
+    """Release the shared locks this thread holds: a process about to exit mid-send (a signal
+    handler runs in the main thread, which is where the DHT's loop sends) must not take them along."""
+    for owner, name in _shared_locks():
+        lock = getattr(owner, name)
+        if lock._semlock._is_mine():
+            lock.release()
+
+
+def free_shared_locks(grace: float = 5.0) -> None:
+    """Take each shared lock for a moment; one that nobody releases within ``grace`` seconds was
+    left held by a process that died, and is replaced for the processes forked from now on (the
+    ones forked before are stuck on it already; a live holder sends one small message under it)."""
+    import multiprocessing
+
+    for owner, name in _shared_locks():
+        lock = getattr(owner, name)
+        if lock.acquire(timeout=grace):
+            lock.release()
+            continue
+        log.warning("hivemind's %s.%s is held by a process that died: replaced", owner.__name__, name)
+        setattr(owner, name, multiprocessing.Lock())
+
+
 def _die_with_parent() -> None:
     """Ask for SIGTERM when the parent dies, and on SIGTERM kill our children (p2pd) and exit."""
 
     def stop(signum: int, frame: object) -> None:
+        release_held_locks()
         for child in children(os.getpid()):
             try:
                 os.kill(child, signal.SIGKILL)
