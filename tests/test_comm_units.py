@@ -770,7 +770,7 @@ def test_an_honest_peer_a_little_behind_is_received_again_after_one_miss() -> No
     timeout = 1.0
     a.exchange(0, 0, [body()], timeout=timeout, body_type=Echo)  # h sits round 0 out
     received = []
-    for round in range(1, waited_for_again("h", 0) + 2):
+    for round in range(1, waited_for_again(0) + 2):
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             mine = pool.submit(a.exchange, round, 0, [body()], timeout, Echo)
             time.sleep(0.3 * timeout)

@@ -104,8 +104,8 @@ def test_a_member_that_never_posts_costs_one_short_wait_per_round_after_its_firs
     comms = [InMemoryBackend(swarm, p) for p in ("A", "B")]
     InMemoryBackend(swarm, "silent")  # joins, never posts
     rounds, stages, timeout = 7, 3, 6.0
-    probes = {waited_for_again("silent", 0)}
-    probes.add(waited_for_again("silent", min(probes)))
+    probes = {waited_for_again(0)}
+    probes.add(waited_for_again(min(probes)))
     for results, _ in play(comms, rounds, timeout, stages).values():
         per_round = [sum(r.metrics[f"time/exchange_s{s}"] for s in range(stages)) for r in results]
         between = [t for r, t in enumerate(per_round) if r and r not in probes]
@@ -174,5 +174,22 @@ def test_peers_that_marked_a_silent_member_late_in_different_rounds_wait_for_it_
     exchange_all([a, b, c], 1, 0, timeout)
     took = [exchange_all([a, b, c], r, 0, timeout)["A"][0] for r in range(2, 2 + rounds)]
     full = [r for r, t in zip(range(2, 2 + rounds), took) if t > 0.5 * timeout]
-    assert full == sorted(r for r in range(2, 2 + rounds) if (r - waited_for_again("silent", 0)) % (LATE_WINDOW + 1) == 0), (full, took)
+    assert full == sorted(r for r in range(2, 2 + rounds) if (r - waited_for_again(0)) % (LATE_WINDOW + 1) == 0), (full, took)
     assert len(full) == 2  # before: 4 (a and c's rounds, and b's a round later)
+
+
+def test_members_that_go_silent_together_are_waited_for_in_the_same_rounds() -> None:
+    """Found by a hostile review: with a probe round of its own per member (from its id), five
+    members that went silent at once (an outage, or colluding ids) were waited for in full in
+    different rounds: a full wait in every round. Probe rounds are the swarm's: one per 5 rounds."""
+    from genrl_swarm.core.trust import LATE_WINDOW
+
+    swarm = InMemorySwarm()
+    honest = [InMemoryBackend(swarm, p) for p in ("A", "B", "C")]
+    for i in range(5):
+        InMemoryBackend(swarm, f"down-{i}")  # join, never post
+    timeout, rounds = 2.0, 2 * (LATE_WINDOW + 1)
+    exchange_all(honest, 0, 0, timeout)
+    took = [exchange_all(honest, r, 0, timeout)["A"][0] for r in range(1, 1 + rounds)]
+    full = [r for r, t in zip(range(1, 1 + rounds), took) if t > 0.5 * timeout]
+    assert len(full) == 2, (full, took)  # before: 6 of these 10 rounds with these five names

@@ -187,7 +187,7 @@ class ByteBackend(Communication):
     def punctual(self, peer: str, round: int) -> bool:
         """An established member not marked late, or past its mark (``waited_for_again``): worth the full wait."""
         late = self._late.get(peer)
-        return self.is_member(peer) and (late is None or round >= waited_for_again(peer, late))
+        return self.is_member(peer) and (late is None or round >= waited_for_again(late))
 
     def short_wait(self, peers: Collection[str], round: int, left: float) -> float:
         """How long to wait for ``peers`` (not punctual): ``fresh_wait``, unless every member among
@@ -331,7 +331,7 @@ class ByteBackend(Communication):
             del self._records[key]
         for peer in [p for p, proof in self.proofs.items() if proof[0] < round - KEEP_ROUNDS]:
             del self.proofs[peer]
-        for peer in [p for p, r in self._late.items() if round >= waited_for_again(p, r)]:
+        for peer in [p for p, r in self._late.items() if round >= waited_for_again(r)]:
             del self._late[peer]
         self._silent = {p: r for p, r in self._silent.items() if r >= round}
 

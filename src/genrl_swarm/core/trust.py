@@ -13,7 +13,6 @@ for them (``comm.base``), which bounds what a staller costs without framing a sl
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import threading
@@ -37,16 +36,15 @@ LATE_WINDOW = 4
 MEMORY_ROUNDS = 32
 
 
-def waited_for_again(peer: str, late: int) -> int:
+def waited_for_again(late: int) -> int:
     """The round a member that missed a full wait in round ``late`` is worth the full wait again:
-    the next of its probe rounds, one in ``LATE_WINDOW`` + 1 fixed by its id (1 to 5 rounds on).
-    Every honest peer derives the same ones, so peers that marked a silent member late in
-    different rounds (one joined later, or it answered some and not others) wait for it in full
-    together at the next probe round, and from then on once per ``LATE_WINDOW`` + 1 rounds,
-    instead of each in rounds of its own (each also waits for the others' answers, so every such
-    round cost everyone a full wait)."""
-    slot = int.from_bytes(hashlib.sha256(peer.encode()).digest()[:8], "big") % (LATE_WINDOW + 1)
-    return late + 1 + (slot - late - 1) % (LATE_WINDOW + 1)
+    the next probe round, every ``LATE_WINDOW`` + 1-th (1 to 5 rounds on). The same rounds for
+    every member at every honest peer: peers that marked a silent member late in different rounds
+    (one joined later) wait for it in full together, and so do members that went silent together
+    (an outage, or colluding ids), once per ``LATE_WINDOW`` + 1 rounds; with a round of its own
+    per peer or per member, each such round cost everyone a full wait (each peer also waits for
+    the others' answers)."""
+    return late + 1 + (-late - 1) % (LATE_WINDOW + 1)
 
 
 @dataclass

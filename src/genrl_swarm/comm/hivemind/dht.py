@@ -201,7 +201,7 @@ class HivemindBackend(ByteBackend):
     def _plan(self, round: int, stage: int) -> Plan:
         """The protocol core's choice for this (round, stage), from the live members; peers that
         committed and revealed nothing lately are asked last."""
-        self._late = {p: r for p, r in self._late.items() if round < waited_for_again(p, r)}  # as ByteBackend.punctual
+        self._late = {p: r for p, r in self._late.items() if round < waited_for_again(r)}  # as ByteBackend.punctual
         recent = set(self._late)
         plan = self.strategy.plan(self.swarm_id, self.peer_id, round, stage, sorted(self.membership.live()), self.quarantined, recent)
         self.plans[(round, stage)] = plan

@@ -213,6 +213,8 @@ async def request_stream(p2p: Any, peer: Any, proto: str, slot: Slot, wait: floa
         writer.write(_question(slot, wait))
         await writer.drain()
         status = _status((await reader.readexactly(1))[0])
+        if status is Status.STREAM:  # asked over a stream already: not an answer (and no spin)
+            raise ProtocolError(f"answered 'stream' over a stream for {slot}")
         if status is not Status.DATA:
             progress.header_at = asyncio.get_running_loop().time()
             return status, b""
