@@ -388,26 +388,43 @@ def test_a_dht_process_that_died_holding_hivemind_s_lock_does_not_stop_the_next_
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0 and "started in" in done.stdout, done.stdout + done.stderr[-2000:]
-    assert "held by a process that died: replaced" in done.stderr, done.stderr[-2000:]
+    assert "held by a DHT process that died: its backend is rebuilt" in done.stderr, done.stderr[-2000:]
 
 
-def test_a_dht_process_stopped_mid_send_releases_hivemind_s_lock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The other half: a DHT process stopped by SIGTERM (its handler runs in the main thread, where
-    the DHT's loop sends) releases the shared lock it holds before it exits."""
+def test_a_dht_process_stopped_mid_send_finishes_the_send_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other half: a DHT process sent SIGTERM while it sends an answer to the peer's process
+    finishes that send, then exits: the whole message is in the pipe and the shared lock is free
+    (review: exiting mid-send, or only releasing the lock, left half a message in the pipe)."""
     import multiprocessing
+    import types
 
     from hivemind.utils.mpfuture import MPFuture
 
-    from genrl_swarm.comm.hivemind.process import release_held_locks
+    from genrl_swarm.comm.hivemind import process
 
     monkeypatch.setattr(MPFuture, "_update_lock", multiprocessing.Lock())  # a lock of this test's own
+    read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        MPFuture._update_lock.acquire()
-        release_held_locks()
-        os._exit(0)
-    os.waitpid(pid, 0)
-    assert MPFuture._update_lock.acquire(timeout=5.0)  # before: held for good by the dead child
+    if pid == 0:  # pragma: no cover - the child, as a DHT process
+        try:
+            os.close(read)
+            process._die_with_parent()
+
+            class SlowPipe:
+                def send(self, message: object) -> None:
+                    time.sleep(1.0)  # a large answer on a busy machine
+                    os.write(write, b"whole")
+
+            MPFuture._send_update(types.SimpleNamespace(_use_lock=True, _sender_pipe=SlowPipe(), _uid=0), None, None)
+        finally:
+            os._exit(3)  # only if the stop never came
+    os.close(write)
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGTERM)  # mid-send
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"whole" and os.WEXITSTATUS(status) == 0, status  # before: nothing, lock held
+    os.close(read)
+    assert MPFuture._update_lock.acquire(timeout=5.0)
     MPFuture._update_lock.release()
 
 

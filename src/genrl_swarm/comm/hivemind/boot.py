@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.comm.hivemind.process import LOCK_FDS, dht_class, free_shared_locks, kill_all, p2pd_of
+from genrl_swarm.comm.hivemind.process import LOCK_FDS, STARTED, dht_class, free_shared_locks, kill_all, p2pd_of
 from genrl_swarm.core.identity import Identity, IdentityError
 
 log = logging.getLogger(__name__)
@@ -184,6 +184,7 @@ def _launch(key: Path, initial_peers: list[str], host_maddrs: list[str], timeout
         cache_refresh_before_expiry=0,
         cache_on_store=False,
     )
+    STARTED.add(dht)
     try:
         dht.run_in_background(await_ready=True, timeout=timeout + 15)
     except BaseException:

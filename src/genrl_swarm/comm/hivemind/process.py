@@ -14,13 +14,13 @@ The fixes live here, all applied inside the forked DHT process:
   to the group) stops the peer in order instead of killing the DHT and p2pd under it.
 * **It dies with its parent.** When the peer process dies, even by SIGKILL, the DHT process
   takes p2pd down and exits, instead of lingering as an orphan that still holds the peer id.
-* **A DHT process that dies leaves hivemind's locks free.** hivemind's ``MPFuture`` guards the
-  pipes its processes answer over with locks shared by every process forked from the peer's; one
-  held by a process that died stays held for good, and every DHT process started after it hangs
-  before it is ready (seen in a test process: a DHT killed mid-send, then each later start timed
-  out). A DHT process stopped by SIGTERM releases what it holds (``release_held_locks``); before
-  each start the peer's process takes each lock for a moment and replaces one nobody releases
-  (``free_shared_locks``: the holder was killed outright).
+* **A DHT process that dies does not take the next one with it.** hivemind's ``MPFuture`` sends
+  answers over a pipe to the peer's process, under locks shared by every process forked from it;
+  one killed mid-send leaves the lock held for good (and half a message in the pipe), and every
+  DHT process started after it hung before it was ready (seen in a test process after a DHT was
+  killed). On SIGTERM a DHT process finishes the update it is sending before it exits
+  (``_Sends``); before each start the peer's process checks the locks and, if one is stuck (the
+  holder was SIGKILLed), rebuilds hivemind's backend (``free_shared_locks``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ import ctypes
 import logging
 import os
 import signal
-from collections.abc import Iterable
+import threading
+import weakref
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -90,35 +92,70 @@ def _shared_locks() -> list[tuple[Any, str]]:
     return [(MPFuture, "_update_lock"), (MPFuture, "_initialization_lock"), (SharedBytes, "_lock")]
 
 
-def release_held_locks() -> None:
-    """Release the shared locks this thread holds: a process about to exit mid-send (a signal
-    handler runs in the main thread, which is where the DHT's loop sends) must not take them along."""
-    for owner, name in _shared_locks():
-        lock = getattr(owner, name)
-        if lock._semlock._is_mine():
-            lock.release()
+#: The DHT processes this process started (to know whether any is still alive).
+STARTED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def free_shared_locks(grace: float = 5.0) -> None:
-    """Take each shared lock for a moment; one that nobody releases within ``grace`` seconds was
-    left held by a process that died, and is replaced for the processes forked from now on (the
-    ones forked before are stuck on it already; a live holder sends one small message under it)."""
+    """Take each shared lock for a moment. One that nobody releases within ``grace`` seconds was
+    left held by a DHT process killed mid-send, which may also have left half a message in the
+    pipe this process reads answers from: with no DHT process of ours alive, hivemind's whole
+    backend is rebuilt (new pipe, reader and locks); with some alive (several peers in one
+    process), only the locks are replaced, for the DHT processes started from now on."""
     import multiprocessing
 
+    from hivemind.utils.mpfuture import MPFuture
+
+    stuck = []
     for owner, name in _shared_locks():
         lock = getattr(owner, name)
         if lock.acquire(timeout=grace):
             lock.release()
-            continue
-        log.warning("hivemind's %s.%s is held by a process that died: replaced", owner.__name__, name)
+        else:
+            stuck.append((owner, name))
+    if not stuck:
+        return
+    names = ", ".join(f"{owner.__name__}.{name}" for owner, name in stuck)
+    if not any(dht.is_alive() for dht in STARTED):
+        log.warning("hivemind's %s held by a DHT process that died: its backend is rebuilt", names)
+        MPFuture.reset_backend()
+        return
+    log.warning("hivemind's %s held by a DHT process that died: replaced (other DHT processes of this one are running)", names)
+    for owner, name in stuck:
         setattr(owner, name, multiprocessing.Lock())
 
 
-def _die_with_parent() -> None:
-    """Ask for SIGTERM when the parent dies, and on SIGTERM kill our children (p2pd) and exit."""
+class _Sends:
+    """In a DHT process: how many MPFuture updates are being sent, and whether a SIGTERM came
+    meanwhile. A stop in the middle of a send would leave half a message in the peer's pipe and
+    the pipe's lock held; it waits for the send instead (at most ``STOP_GRACE`` seconds)."""
 
-    def stop(signum: int, frame: object) -> None:
-        release_held_locks()
+    active = 0
+    stop_pending = False
+
+
+STOP_GRACE = 2.0
+
+
+def _send_whole(send: Callable[..., Any], stop: Callable[[], None]) -> Callable[..., Any]:
+    def whole(*args: Any, **kwargs: Any) -> Any:
+        _Sends.active += 1
+        try:
+            return send(*args, **kwargs)
+        finally:
+            _Sends.active -= 1
+            if _Sends.stop_pending and not _Sends.active:
+                stop()
+
+    return whole
+
+
+def _die_with_parent() -> None:
+    """Ask for SIGTERM when the parent dies, and on SIGTERM kill our children (p2pd) and exit,
+    after any MPFuture update being sent (``_Sends``)."""
+    from hivemind.utils.mpfuture import MPFuture
+
+    def stop() -> None:
         for child in children(os.getpid()):
             try:
                 os.kill(child, signal.SIGKILL)
@@ -126,13 +163,20 @@ def _die_with_parent() -> None:
                 continue
         os._exit(0)
 
-    signal.signal(signal.SIGTERM, stop)
+    def on_sigterm(signum: int, frame: object) -> None:
+        if not _Sends.active:
+            stop()
+        _Sends.stop_pending = True
+        threading.Timer(STOP_GRACE, stop).start()  # a send to a parent that stopped reading must not keep us alive
+
+    MPFuture._send_update = _send_whole(MPFuture._send_update, stop)  # this process only: it was forked
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: no parent-death signal to ask for
         return
     if os.getppid() == 1:  # the parent died before the request took effect
-        stop(signal.SIGTERM, None)
+        stop()
 
 
 def _leave_the_terminals_group() -> None:
