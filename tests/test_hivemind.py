@@ -336,6 +336,70 @@ def test_a_call_that_times_out_by_itself_backs_off() -> None:
     assert got == {} and len(calls) < 20, len(calls)
 
 
+class FakeP2P:
+    """p2pd's two calls, answered by this process: the unary call says ``unary``; a stream sends
+    DATA, the length and ``payload`` at ``rate`` bytes a second. The real request code reads them."""
+
+    def __init__(self, unary: bytes, payload: bytes, rate: float) -> None:
+        import types
+
+        self.payload, self.rate, self.asked = payload, rate, 0
+
+        async def call_unary_handler(peer: object, proto: str, question: bytes) -> bytes:
+            return unary
+
+        self._client = types.SimpleNamespace(call_unary_handler=call_unary_handler)
+
+    async def call_binary_stream_handler(self, peer: object, proto: str) -> tuple[None, Any, Any]:
+        import asyncio
+
+        from genrl_swarm.comm.hivemind import streams
+
+        self.asked += 1
+        reader = asyncio.StreamReader()
+
+        async def feed() -> None:
+            reader.feed_data(bytes([streams.Status.DATA]) + streams.LENGTH.pack(len(self.payload)))
+            for at in range(0, len(self.payload), 16 * 1024):
+                await asyncio.sleep(16 * 1024 / self.rate)
+                reader.feed_data(self.payload[at : at + 16 * 1024])
+
+        task = asyncio.ensure_future(feed())
+        writer = type("W", (), {"write": lambda _, b: None, "close": lambda _: task.cancel(), "drain": lambda _: asyncio.sleep(0)})()
+        return None, reader, writer
+
+
+def real_pull(p2p: FakeP2P, seconds: float) -> tuple[dict[str, bytes], float]:
+    """``Puller.pull`` of one small-committed reveal through the real request code over ``p2p``."""
+    import asyncio
+
+    from genrl_swarm.comm.hivemind import streams
+
+    async def pull() -> tuple[dict[str, bytes], float]:
+        async def redial(peer: str) -> None:
+            return None
+
+        puller = streams.Puller(p2p, "proto", 32, lambda p: p, {})
+        start = asyncio.get_running_loop().time()
+        got = await puller.pull(["peer"], (1, 0, "reveal"), start + seconds, 4 * 2**20, lambda p: True, redial, lambda: False)
+        return got, asyncio.get_running_loop().time() - start
+
+    return asyncio.run(pull())
+
+
+def test_a_peer_that_answers_stream_is_pulled_over_a_stream_for_as_long_as_it_keeps_up() -> None:
+    """Through the real request code: a unary answer "stream" switches that peer to a stream; the
+    stream's 1.5 MB at 512 KB/s takes 3 s, longer than the first byte's bound (the long poll plus
+    ANSWER_GRACE, 2 s), and is received whole: the header counts as the first byte, and the
+    transfer keeps up with MIN_RATE (so it would keep its slot even with asks waiting)."""
+    from genrl_swarm.comm.hivemind import streams
+
+    payload = bytes(range(256)) * 6 * 1024
+    p2p = FakeP2P(bytes([streams.Status.STREAM]), payload, 512 * 1024)
+    got, took = real_pull(p2p, 10.0)
+    assert got == {"peer": payload} and p2p.asked == 1 and took < 6.0, (len(got.get("peer", b"")), p2p.asked, took)
+
+
 def test_a_stream_answered_stream_backs_off() -> None:
     """A server answering "stream" over the stream itself: a protocol error with its growing pause
     (review: re-asked at once, 69,267 asks in 2 s). The real stream reader is used."""
