@@ -357,9 +357,16 @@ class Puller:
         """One ask, watched: None if it gave its slot back (see the class docstring) or the
         deadline passed; a failure of the call raises."""
         loop, progress = asyncio.get_running_loop(), Progress()
-        call = request_stream if ask.stream else request
         asked = loop.time()
-        task = asyncio.ensure_future(call(self.p2p, self.peer_id_of(peer), self.proto, ask.slot, wait, ask.limit, progress))
+        if not ask.stream:  # a unary answer is all or nothing: bounded by its first byte's time
+            bound = min(asked + wait + ANSWER_GRACE, ask.deadline) - asked
+            try:
+                return await asyncio.wait_for(request(self.p2p, self.peer_id_of(peer), self.proto, ask.slot, wait, ask.limit, progress), bound)
+            except TimeoutError:
+                if loop.time() - asked < bound * 0.99:
+                    raise  # the call's own timeout (an OSError): the failure path, with its pause
+                return None
+        task = asyncio.ensure_future(request_stream(self.p2p, self.peer_id_of(peer), self.proto, ask.slot, wait, ask.limit, progress))
         try:
             while True:
                 now = loop.time()
