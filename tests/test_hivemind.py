@@ -323,6 +323,34 @@ def test_a_slow_honest_stream_is_received_when_no_one_waits_for_its_slot() -> No
     assert got == {"slow": b"ok"} and 7.5 < took < 11.0, (got, took)
 
 
+def test_a_slow_honest_stream_is_received_while_a_crowd_waits_for_slots() -> None:
+    """1 MB at 128 KB/s (half of MIN_RATE) behind 100 members that hold their long polls, so asks
+    always wait for a slot: its first ask falls behind and gives its slot back; the next holds
+    it to half the rate, and it is received (review: cut at 256 KB each time and restarted from
+    byte 0, it was not received in 20 s)."""
+    import asyncio
+
+    from genrl_swarm.comm.hivemind import streams
+
+    size = 2**20
+
+    async def request(
+        p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int, progress: streams.Progress
+    ) -> tuple[streams.Status, bytes]:
+        if peer != "slow":
+            await asyncio.sleep(wait)
+            return streams.Status.LATER, b""
+        progress.header_at = asyncio.get_running_loop().time()
+        while progress.got < size:
+            await asyncio.sleep(0.125)
+            progress.got += 16 * 1024
+        return streams.Status.DATA, b"ok"
+
+    peers = ["slow", *SYBILS]  # asked first: the crowd is what waits
+    got, took = pull_with(request, peers, 20.0, dict.fromkeys(peers, size))
+    assert got == {"slow": b"ok"} and took < 18.0, (got, took)
+
+
 def test_a_call_that_times_out_by_itself_backs_off() -> None:
     """A timeout raised inside the call (Python's TimeoutError is an OSError) takes the failure
     path with its growing pause (review: 92,302 asks in 2 s, a hot loop)."""

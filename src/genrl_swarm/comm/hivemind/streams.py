@@ -44,8 +44,9 @@ POLL_SLICE = 1.0
 ANSWER_GRACE = 1.0
 #: Bytes a second a stream's transfer must keep up once its header came (after ANSWER_GRACE) while
 #: other asks wait for a pull slot: one that trickles its bytes gives its slot back and is asked
-#: again later. With no ask waiting, a transfer runs on to the deadline: a slow honest link is
-#: not cut for nothing (review: restarted from byte 0, it was never received).
+#: again later, held to half the rate then (a slow honest link gets through on a later ask). With
+#: no ask waiting, a transfer runs on to the deadline: a slow honest link is not cut for nothing
+#: (review: restarted from byte 0 each time, it was never received).
 MIN_RATE = 256 * 1024
 #: Seconds between looks at a transfer below MIN_RATE while no ask waits for its slot.
 SLOW_LOOK = 0.25
@@ -241,12 +242,15 @@ def _question(slot: Slot, wait: float) -> bytes:
 @dataclasses.dataclass(frozen=True)
 class _Ask:
     """What one peer is asked for, by when, and the most bytes it may answer; ``stream``: over a
-    stream at once (it committed to more than ``UNARY_MAX``, or answered ``Status.STREAM``)."""
+    stream at once (it committed to more than ``UNARY_MAX``, or answered ``Status.STREAM``);
+    ``min_rate``: what its stream must keep up while asks wait (halved each time it fell behind,
+    so an honest slow link is received on a later ask even while a crowd waits for slots)."""
 
     slot: Slot
     deadline: float
     limit: int
     stream: bool
+    min_rate: float
 
 
 class Puller:
@@ -292,7 +296,7 @@ class Puller:
         loop = asyncio.get_running_loop()
         got: dict[str, bytes] = {}
         sizes, until = sizes or {}, until or {}
-        asks = {p: _Ask(slot, min(deadline, until.get(p, deadline)), limit, sizes.get(p, 0) > UNARY_MAX) for p in peers}
+        asks = {p: _Ask(slot, min(deadline, until.get(p, deadline)), limit, sizes.get(p, 0) > UNARY_MAX, MIN_RATE) for p in peers}
         tasks = [asyncio.create_task(self._one(p, asks[p], wanted, redial, stop, got)) for p in peers]
         want = len(tasks) if enough is None else enough
         try:
@@ -325,8 +329,9 @@ class Puller:
                     await self.semaphore.acquire()
                 finally:
                     self.queued -= 1
+                progress = Progress()
                 try:
-                    answer = await self._ask(peer, ask, wait)
+                    answer = await self._ask(peer, ask, wait, progress)
                 finally:
                     self.semaphore.release()
             except self.errors as e:  # TimeoutError is an OSError: a call's own timeout backs off too
@@ -337,8 +342,10 @@ class Puller:
                 await asyncio.sleep(min(backoff, max(ask.deadline - loop.time(), 0)))
                 backoff = min(backoff * 2, 0.5)
                 continue
-            if answer is None:
-                continue  # gave its slot back (no first byte in time, or fell behind): asked again while time is left
+            if answer is None:  # gave its slot back (no first byte in time, or fell behind): asked again while time is left
+                if ask.stream and progress.header_at is not None:
+                    ask = dataclasses.replace(ask, min_rate=ask.min_rate / 2)
+                continue
             status, data = answer
             self.sightings[peer] = time.time()
             if status is Status.DATA:
@@ -353,10 +360,10 @@ class Puller:
                 await asyncio.sleep(min(backoff, max(ask.deadline - loop.time(), 0)))
                 backoff = min(backoff * 2, 0.5)
 
-    async def _ask(self, peer: str, ask: _Ask, wait: float) -> tuple[Status, bytes] | None:
+    async def _ask(self, peer: str, ask: _Ask, wait: float, progress: Progress) -> tuple[Status, bytes] | None:
         """One ask, watched: None if it gave its slot back (see the class docstring) or the
         deadline passed; a failure of the call raises."""
-        loop, progress = asyncio.get_running_loop(), Progress()
+        loop = asyncio.get_running_loop()
         asked = loop.time()
         if not ask.stream:  # a unary answer is all or nothing: bounded by its first byte's time
             bound = min(asked + wait + ANSWER_GRACE, ask.deadline) - asked
@@ -373,7 +380,7 @@ class Puller:
                 if progress.header_at is None:
                     look = asked + wait + ANSWER_GRACE  # no first byte by then: give the slot back
                 else:
-                    look = progress.header_at + ANSWER_GRACE + progress.got / MIN_RATE  # when it falls below MIN_RATE
+                    look = progress.header_at + ANSWER_GRACE + progress.got / ask.min_rate  # when it falls below its rate
                     if look <= now:  # behind: only matters while another ask waits for a slot
                         look = now + SLOW_LOOK if not self.queued else now
                 if look <= now:
