@@ -280,7 +280,7 @@ def test_peers_that_hold_their_answers_back_cannot_keep_an_honest_peer_from_bein
     from genrl_swarm.comm.hivemind import streams
 
     async def request(
-        p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int, progress: streams.Progress
+        p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int, progress: streams.Progress | None = None
     ) -> tuple[streams.Status, bytes]:
         if peer == "honest":
             return streams.Status.DATA, b"ok"
@@ -288,6 +288,7 @@ def test_peers_that_hold_their_answers_back_cannot_keep_an_honest_peer_from_bein
             await asyncio.sleep(wait)
             return streams.Status.LATER, b""
         if sybil == "trickling-large":
+            assert progress is not None  # a stream's ask
             progress.header_at = asyncio.get_running_loop().time()
             while True:
                 await asyncio.sleep(0.1)
@@ -356,7 +357,7 @@ def test_a_call_that_times_out_by_itself_backs_off() -> None:
     path with its growing pause (review: 92,302 asks in 2 s, a hot loop)."""
     calls = []
 
-    async def request(p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int, progress: object) -> tuple[object, bytes]:
+    async def request(p2p: object, peer: str, proto: str, slot: object, wait: float, limit: int, progress: object = None) -> tuple[object, bytes]:
         calls.append(peer)
         raise TimeoutError("ETIMEDOUT")
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import multiprocessing
 import os
 import signal
 import threading
@@ -102,8 +103,6 @@ def free_shared_locks(grace: float = 5.0) -> None:
     pipe this process reads answers from: with no DHT process of ours alive, hivemind's whole
     backend is rebuilt (new pipe, reader and locks); with some alive (several peers in one
     process), only the locks are replaced, for the DHT processes started from now on."""
-    import multiprocessing
-
     from hivemind.utils.mpfuture import MPFuture
 
     stuck = []

@@ -192,11 +192,10 @@ class Progress:
     got: int = 0
 
 
-async def request(p2p: Any, peer: Any, proto: str, slot: Slot, wait: float, limit: int, progress: Progress) -> tuple[Status, bytes]:
-    """One pull of ``slot`` from ``peer`` (a hivemind PeerID) as a unary call. An answer too large
-    for one comes back as ``Status.STREAM``: ask again with ``request_stream``."""
+async def request(p2p: Any, peer: Any, proto: str, slot: Slot, wait: float, limit: int) -> tuple[Status, bytes]:
+    """One pull of ``slot`` from ``peer`` (a hivemind PeerID) as a unary call, all or nothing. An
+    answer too large for one comes back as ``Status.STREAM``: ask again with ``request_stream``."""
     answer = await p2p._client.call_unary_handler(peer, f"{proto}/unary", _question(slot, wait))
-    progress.header_at = asyncio.get_running_loop().time()
     if not answer:
         raise ProtocolError(f"empty answer for {slot}")
     status = _status(answer[0])
@@ -368,7 +367,7 @@ class Puller:
         if not ask.stream:  # a unary answer is all or nothing: bounded by its first byte's time
             bound = min(asked + wait + ANSWER_GRACE, ask.deadline) - asked
             try:
-                return await asyncio.wait_for(request(self.p2p, self.peer_id_of(peer), self.proto, ask.slot, wait, ask.limit, progress), bound)
+                return await asyncio.wait_for(request(self.p2p, self.peer_id_of(peer), self.proto, ask.slot, wait, ask.limit), bound)
             except TimeoutError:
                 if loop.time() - asked < bound * 0.99:
                     raise  # the call's own timeout (an OSError): the failure path, with its pause
