@@ -1,10 +1,11 @@
-"""bf16 decode steps on fused, oneDNN-packed weights (lm.packed) compute what the model's modules
-compute, up to bf16 rounding (on the AMX Xeon this was measured on, bit for bit up to 64 rows;
-at 128 rows and more the plain call may pick another kernel): with biases (Qwen2), at a real
-model's widths, never for a module that is not a plain Linear (LoRA), never with stale weights,
-and never bound into a compiled step. The sampler's behaviour log-probs on this path are checked
-against fresh forwards in tests/test_reference_lm.py (static-bf16). On a CPU without oneDNN bf16
-kernels nothing is packed and the same tests check that."""
+"""Decode steps on fused, oneDNN-packed weights (lm.packed) compute what the model's modules
+compute, up to rounding (bf16: on the AMX Xeon this was measured on, bit for bit up to 64 rows;
+at 128 rows and more the plain call may pick another kernel; fp32: sums in another order): with
+biases (Qwen2), at a real model's widths, never for a module that is not a plain Linear (LoRA),
+never with stale weights, and never bound into a compiled step. The sampler's behaviour
+log-probs on this path are checked against fresh forwards in tests/test_reference_lm.py. fp32 is
+packed on every oneDNN CPU; on a CPU without oneDNN bf16 kernels bf16 is not, and the same tests
+check that."""
 
 from __future__ import annotations
 
@@ -23,21 +24,29 @@ from genrl_swarm.paradigms.lm.static_sampling import sample_static
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q")
-PACKS = packing.available(torch.bfloat16, torch.device("cpu"))
+PACKS = {dtype: packing.available(dtype, torch.device("cpu")) for dtype in (torch.bfloat16, torch.float32)}
 
 
-@pytest.fixture(scope="module")
-def policy() -> LMPolicy:
-    return LMPolicy("tiny-random", {"num_generations": 4, "max_new_tokens": 16, "dtype": "bfloat16", "kv_cache": "static"}, seed=3)
+@pytest.fixture(scope="module", params=["bfloat16", "float32"])
+def policy(request: pytest.FixtureRequest) -> LMPolicy:
+    """The sampler in each dtype: fp32 is packed on every oneDNN CPU, so the tests below check
+    packing even on a CPU without bf16 kernels."""
+    return LMPolicy("tiny-random", {"num_generations": 4, "max_new_tokens": 16, "dtype": request.param, "kv_cache": "static"}, seed=3)
 
 
-def qwen2_with_biases() -> Any:
-    """A random two-layer Qwen2 in bf16: biases on q/k/v, which the fused qkv must carry."""
+def dtype(policy: LMPolicy) -> torch.dtype:
+    out = getattr(torch, policy.sampling.dtype)
+    assert isinstance(out, torch.dtype)
+    return out
+
+
+def qwen2_with_biases(dtype: torch.dtype) -> Any:
+    """A random two-layer Qwen2: biases on q/k/v, which the fused qkv must carry."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    model = Qwen2ForCausalLM(config).to(dtype).eval()
     with torch.no_grad():
         for layer in model.model.layers:
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
@@ -45,20 +54,24 @@ def qwen2_with_biases() -> Any:
     return model
 
 
-def llama_at_smollm2_widths() -> Any:
+def llama_at_smollm2_widths(dtype: torch.dtype) -> Any:
     """One random layer at SmolLM2-135M's widths (hidden 576, 9 heads over 3 kv heads, MLP 1536)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(1)
     config = LlamaConfig(vocab_size=2048, hidden_size=576, intermediate_size=1536, num_hidden_layers=1, num_attention_heads=9, num_key_value_heads=3)
-    return LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    return LlamaForCausalLM(config).to(dtype).eval()
 
 
-def assert_bf16_close(a: torch.Tensor, b: torch.Tensor) -> None:
-    """Equal up to a few roundings to bf16 (8 significant bits) at the logits' scale."""
-    assert a.dtype == b.dtype == torch.bfloat16
+def assert_close(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Equal up to a few roundings of their dtype at the logits' scale: bf16 keeps 8 significant
+    bits; fp32 keeps 24, and sums of up to 1,536 products taken in another order differ by a
+    few hundred of its steps at most (2**-12 of the scale is ~4,000 steps: a wrong weight, a
+    lost bias or a misplaced fusion changes logits by far more)."""
+    assert a.dtype == b.dtype
     scale = float(b.float().abs().max())
-    assert float((a.float() - b.float()).abs().max()) <= 4 * 2**-8 * scale
+    step = 2**-8 if a.dtype == torch.bfloat16 else 2**-14
+    assert float((a.float() - b.float()).abs().max()) <= 4 * step * scale
 
 
 def decoder(model: Any, pack: bool) -> Decoder:
@@ -96,12 +109,13 @@ def steps(model: Any, pack: bool, count: int = 5, group: int = 2) -> tuple[bool,
 @pytest.mark.parametrize(("which", "group"), [("tiny-llama", 2), ("qwen2-biases", 2), ("smollm2-widths", 21), ("smollm2-widths", 67)])
 def test_packed_steps_match_the_modules(policy: LMPolicy, which: str, group: int) -> None:
     """3 x ``group`` rows: 6, 63 (a decode batch) and 201 (past where the plain call changes kernel)."""
-    model = {"tiny-llama": policy.sampling_model, "qwen2-biases": qwen2_with_biases, "smollm2-widths": llama_at_smollm2_widths}[which]()
+    model = {"tiny-llama": lambda d: policy.sampling_model(), "qwen2-biases": qwen2_with_biases, "smollm2-widths": llama_at_smollm2_widths}[which](dtype(policy))
+    assert model.dtype == dtype(policy)
     packed, fast = steps(model, pack=True, group=group)
     unpacked, plain = steps(model, pack=False, group=group)
-    assert packed == PACKS and not unpacked
+    assert packed == PACKS[dtype(policy)] and not unpacked
     for a, b in zip(fast, plain, strict=True):
-        assert_bf16_close(a, b)
+        assert_close(a, b)
 
 
 def test_lora_layers_are_never_packed(policy: LMPolicy) -> None:
@@ -139,11 +153,11 @@ def test_weights_are_packed_again_only_when_they_changed(policy: LMPolicy) -> No
         with torch.no_grad():
             weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)))  # in place, as the learner's step
         policy.generate(tokens, 1, greedy=True)
-        assert cache.packs == before + int(PACKS)
+        assert cache.packs == before + int(PACKS[dtype(policy)])
         model = policy.sampling_model()
         current = first_step(model, cache.get(Decoder(model)))
         assert torch.equal(current, first_step(model, packing.PackCache().get(Decoder(model))))
-        assert_bf16_close(current, first_step(model, None))
+        assert_close(current, first_step(model, None))
     finally:
         with torch.no_grad():
             weight.copy_(saved)
@@ -178,17 +192,17 @@ def test_another_model_is_packed_even_where_its_weight_key_repeats(policy: LMPol
     monkeypatch.setattr(packing, "weight_key", lambda model: ())
     cache = packing.PackCache()
     first = cache.get(Decoder(policy.sampling_model()))
-    second = cache.get(Decoder(qwen2_with_biases()))
-    assert cache.packs == 2 * int(PACKS) and (first is None or second is not first)
+    second = cache.get(Decoder(qwen2_with_biases(dtype(policy))))
+    assert cache.packs == 2 * int(PACKS[dtype(policy)]) and (first is None or second is not first)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_a_buffer_allocated_over_nan_memory_decodes_as_a_zeroed_one(policy: LMPolicy, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_buffer_allocated_over_nan_memory_decodes_as_a_zeroed_one(policy: LMPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the columns after the prompt are zeroed: the prefill must write every prompt column
     (padding included), or a NaN left in memory reaches the logits through a masked score."""
     import genrl_swarm.paradigms.lm.decoder as decoding
 
-    model = policy.model if dtype == "float32" else policy.sampling_model()
+    model = policy.sampling_model()
+    assert model.dtype == dtype(policy)
     ids, mask = prompts(policy.tokenizer.pad_token_id)
     out = []
     for poison in (False, True):
@@ -201,6 +215,9 @@ def test_a_buffer_allocated_over_nan_memory_decodes_as_a_zeroed_one(policy: LMPo
     assert torch.equal(out[0].ids, out[1].ids) and torch.equal(out[0].logprobs, out[1].logprobs)
 
 
-def test_packing_is_off_where_it_does_not_pay() -> None:
-    assert not packing.available(torch.float32, torch.device("cpu"))
+def test_packing_is_on_where_it_pays() -> None:
+    """fp32 on every oneDNN CPU, bf16 only with oneDNN bf16 kernels, never another dtype or device."""
+    assert packing.available(torch.float32, torch.device("cpu")) == torch.backends.mkldnn.is_available()
     assert packing.available(torch.bfloat16, torch.device("cpu")) == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert not packing.available(torch.float16, torch.device("cpu"))
+    assert not packing.available(torch.float32, torch.device("cuda"))

@@ -1,22 +1,24 @@
-"""A decode step's bf16 weights, fused and pre-packed for oneDNN on CPU.
+"""A decode step's weights, fused and pre-packed for oneDNN on CPU.
 
 Why: at 64 rows a decode step's matmuls are skinny ([64, 576] x [576, N] in SmolLM2), and a
-bf16 ``F.linear`` on CPU re-lays-out its weight into oneDNN's blocked format on every call. On
-an AMX Xeon (2 cores, 2026-11-26) the 211 projections and the head of one SmolLM2 step took
-52 ms that way; with the weights packed once per set of weights and q/k/v and gate/up fused
-into one matmul each, 26 ms (packing all of them: ~0.12 s, repaid after about six steps; a whole
-step, attention and norms included, is 1.23x faster).
+plain ``F.linear`` on CPU re-lays-out its weight on every call. In bf16 on an AMX Xeon (2 cores,
+2026-11-26) the 211 projections and the head of one SmolLM2 step took 52 ms that way; with the
+weights packed once per set of weights and q/k/v and gate/up fused into one matmul each, 26 ms
+(packing all of them: ~0.12 s, repaid after about six steps; a whole step, attention and norms
+included, is 1.23x faster). In fp32 on an AMD EPYC (Zen 3, 2 cores, 2026-11-27) MKL ran the
+64-row matmuls at 62-96 GFLOP/s (the 576 x 49,152 head at 62) and oneDNN's packed kernels at
+110-116; the whole sampler ran 1.22x faster (bench_generation, 16 new tokens). On the AMX Xeon
+fp32 packing measured even with MKL (140-157 GFLOP/s either way), so it is on for fp32 too.
 
-Exactness: both calls accumulate in fp32 and round once to bf16, so a step's output is the
-modules' up to bf16 rounding. On the AMX Xeon it was measured on it is the same bit for bit up to
-64 rows; from 128 rows the plain call may pick another oneDNN kernel and round differently
-(a few bf16 steps in a logit; ``tests/test_packed.py``). The behaviour log-probs are always those
-of the logits actually sampled from. The prefill (many rows: the plain calls are fast there)
-runs the modules.
+Exactness: both calls accumulate in the dtype's accumulator (fp32) and round once, so a step's
+output is the modules' up to rounding: in bf16, on the AMX Xeon it was measured on, the same bit
+for bit up to 64 rows (from 128 rows the plain call may pick another oneDNN kernel and round
+differently: a few bf16 steps in a logit); in fp32, sums taken in another order (a few fp32
+steps; ``tests/test_packed.py``). The behaviour log-probs are always those of the logits
+actually sampled from. The prefill (many rows: the plain calls are fast there) runs the modules.
 
-Only bf16 on a CPU whose oneDNN has bf16 kernels; fp32 stays with MKL, which packing did not
-speed up (140-157 GFLOP/s either way). Modules that are not plain ``nn.Linear`` (a LoRA layer)
-are never packed: ``for_decoder`` returns None and the decoder calls the modules.
+Modules that are not plain ``nn.Linear`` (a LoRA layer) are never packed: ``for_decoder``
+returns None and the decoder calls the modules.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ ROWS_HINT = 64
 
 
 def available(dtype: torch.dtype, device: torch.device) -> bool:
-    """True where packing is both possible and measured to pay: bf16 on a CPU with oneDNN bf16."""
-    if dtype != torch.bfloat16 or device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    """True where packing is both possible and measured to pay: fp32, or bf16 where oneDNN has bf16 kernels."""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if dtype == torch.float32:
+        return True
+    return dtype == torch.bfloat16 and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 @dataclass(frozen=True)
@@ -142,8 +146,8 @@ class PackCache:
         self.packs = 0  # how often weights were packed; tests read it
 
     def get(self, decoder: Decoding) -> PackedWeights | None:
-        """Packed weights of ``decoder``'s model, or None where packing does not apply (not bf16
-        on a oneDNN CPU; a projection that is not a plain Linear)."""
+        """Packed weights of ``decoder``'s model, or None where packing does not apply (not a
+        oneDNN CPU, bf16 without oneDNN bf16 kernels, a projection that is not a plain Linear)."""
         if not available(decoder.dtype, decoder.device):
             return None
         key = weight_key(decoder.model)

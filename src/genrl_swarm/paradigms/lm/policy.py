@@ -53,9 +53,9 @@ class SamplingConfig:
     #: static kv only: torch.compile the decode step. Measured not to pay on this CPU (tiny model,
     #: 2026-11-22: ~9 min of compiling under load, recompiles per column, then 3x slower than eager).
     compile: bool = False
-    #: static kv, bf16 on CPU only: the decode steps' weights fused (q/k/v, gate/up) and packed
-    #: for oneDNN once per set of weights (lm.packed: the matmuls ~2x, a step 1.23x faster on an
-    #: AMX Xeon). False calls the model's modules. Ignored with ``compile`` (a compiled step is
+    #: static kv on a CPU (fp32, or bf16 where oneDNN has bf16 kernels): the decode steps' weights
+    #: fused (q/k/v, gate/up) and packed for oneDNN once per set of weights (lm.packed: a bf16 step
+    #: 1.23x faster on an AMX Xeon, fp32 sampling 1.22x on an AMD EPYC). False calls the model's modules. Ignored with ``compile`` (a compiled step is
     #: bound to the decoder it was traced from, whose packing would go stale).
     pack: bool = True
     #: torch threads while sampling (0: leave torch's setting). Decode multiplies small matrices
