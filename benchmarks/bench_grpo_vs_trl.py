@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +43,9 @@ from genrl_swarm.paradigms.lm.prefix import PrefixBatch
 #: one micro-batch of 64 rows, so PLAIN has no lever on.
 PLAIN = {"shared_prefix": False, "bucket": True, "fused_logprobs": False, "precision": "float32"}
 ALL = {"shared_prefix": True, "bucket": True, "fused_logprobs": True, "precision": "bfloat16"}
+#: The end-to-end arms' levers: bf16 autocast only where this CPU has native bf16 (elsewhere it
+#: is emulated: 1.3 GFLOP/s on a Zen 3 EPYC, 2026-11-27), as the learner's default does.
+BEST = ALL | {"precision": "auto"}
 LEVERS: list[tuple[str, dict[str, Any]]] = [
     ("plain per-sequence fp32 (main)", PLAIN),
     ("+ shared prefix", PLAIN | {"shared_prefix": True, "bucket": False}),
@@ -69,11 +73,6 @@ class Split:
 
     gen: list[float] = field(default_factory=list)
     update: list[float] = field(default_factory=list)
-
-    def row(self, name: str, completions: int, base: float | None = None) -> list[object]:
-        g, u = sum(self.gen) / len(self.gen), sum(self.update) / len(self.update)
-        rate = completions / (g + u)
-        return [name, rate, g, u, f"{rate / base:.2f}x" if base else ""]
 
 
 # --------------------------------------------------------------------------- ours
@@ -237,6 +236,7 @@ def main() -> None:
     p.add_argument("--lever-rows", type=int, default=len(LEVERS), help="measure only the first N lever rows")
     p.add_argument("--skip", default="", help="comma list of sections to skip: levers,trl,ours")
     p.add_argument("--arms", default="", help="comma list of substrings: run only the end-to-end arms whose name has one")
+    p.add_argument("--repeats", type=int, default=1, help="run every end-to-end arm this many times, the order rotating")
     a = p.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     questions = [f"Calculate {i} + {2 * i}." for i in range(a.prompts)]
@@ -259,22 +259,31 @@ def main() -> None:
             a, questions, bf16=True, checkpointing=False, model_dtype="bfloat16", cache="static"
         ),
         "ours: main learner (plain fp32)": lambda: ours(a, questions, PLAIN, {}),
-        "ours: all levers, fp32 sampler": lambda: ours(a, questions, ALL, {}),
-        "ours: all levers, bf16 sampler": lambda: ours(a, questions, ALL, {"dtype": "bfloat16"}),
+        "ours: all levers, fp32 sampler": lambda: ours(a, questions, BEST, {}),
+        "ours: all levers, fp32 static-KV sampler": lambda: ours(a, questions, BEST, {"kv_cache": "static"}),
+        "ours: all levers, bf16 sampler": lambda: ours(a, questions, BEST, {"dtype": "bfloat16"}),
         "ours: all levers, bf16 static-KV sampler, 1 sampling thread": lambda: ours(
-            a, questions, ALL, {"dtype": "bfloat16", "kv_cache": "static", "threads": 1}
+            a, questions, BEST, {"dtype": "bfloat16", "kv_cache": "static", "threads": 1}
         ),
     }
     chosen = [k for k in runs if (not a.arms or any(w in k for w in a.arms.split(",")))
               and not ("trl" in skip and k.startswith("TRL")) and not ("ours" in skip and k.startswith("ours"))]  # fmt: skip
-    arms = {k: runs[k]() for k in chosen}
-    if arms:
-        trl_arms = {k: v for k, v in arms.items() if k.startswith("TRL")}
-        rate = lambda s: completions / (sum(s.gen) / len(s.gen) + sum(s.update) / len(s.update))  # noqa: E731
-        base = max((rate(v) for v in trl_arms.values()), default=None)
-        print(f"\nEnd to end, {a.steps} measured steps after 1 warm-up ({load()}); ratio vs TRL's best arm")
-        print(table(["arm", "completions/s", "gen s/step", "update s/step", "vs TRL best"], [v.row(k, completions, base) for k, v in arms.items()]))
-
+    rate = lambda s: completions / (statistics.mean(s.gen) + statistics.mean(s.update))  # noqa: E731
+    splits: dict[str, list[Split]] = {k: [] for k in chosen}
+    for rep in range(a.repeats):  # every arm once per repeat, the order rotating: load drifts hit all arms alike
+        for k in chosen[rep % len(chosen) :] + chosen[: rep % len(chosen)]:
+            splits[k].append(runs[k]())
+            print(f"  repeat {rep + 1}/{a.repeats}: {k}: {rate(splits[k][-1]):.1f} completions/s ({load()})", flush=True)
+    if splits:
+        rates = {k: [rate(s) for s in v] for k, v in splits.items()}
+        base = max((statistics.median(v) for k, v in rates.items() if k.startswith("TRL")), default=None)
+        rows = []
+        for k, v in splits.items():
+            gen, update = [g for s in v for g in s.gen], [u for s in v for u in s.update]
+            mid = statistics.median(rates[k])
+            rows.append([k, mid, f"{min(rates[k]):.1f}-{max(rates[k]):.1f}", statistics.mean(gen), statistics.mean(update), f"{mid / base:.2f}x" if base else ""])
+        print(f"\nEnd to end, {a.steps} measured steps after 1 warm-up, {a.repeats} repeat(s) ({load()}); median, range and ratio to TRL's best arm")
+        print(table(["arm", "completions/s", "range", "gen s/step", "update s/step", "vs TRL best"], rows))
 
 if __name__ == "__main__":
     main()

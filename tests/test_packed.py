@@ -27,6 +27,13 @@ QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q")
 PACKS = {dtype: packing.available(dtype, torch.device("cpu")) for dtype in (torch.bfloat16, torch.float32)}
 
 
+@pytest.fixture(autouse=True)
+def pack_any_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests below pack small models (fast, and what they check does not depend on width);
+    ``test_narrow_models_are_not_packed`` checks the width rule itself."""
+    monkeypatch.setattr(packing, "MIN_WIDTH", 0)
+
+
 @pytest.fixture(scope="module", params=["bfloat16", "float32"])
 def policy(request: pytest.FixtureRequest) -> LMPolicy:
     """The sampler in each dtype: fp32 is packed on every oneDNN CPU, so the tests below check
@@ -206,13 +213,23 @@ def test_a_buffer_allocated_over_nan_memory_decodes_as_a_zeroed_one(policy: LMPo
     ids, mask = prompts(policy.tokenizer.pad_token_id)
     out = []
     for poison in (False, True):
-        if poison:
-            monkeypatch.setattr(decoding.torch, "empty", lambda *a, **k: torch.full(a[0], float("nan"), dtype=k["dtype"]))
-        generator = torch.Generator().manual_seed(9)
-        out.append(sample_static(decoder(model, pack=True), ids, mask, 3, 12, policy.eos_ids, generator=generator))
-        monkeypatch.undo()
+        with monkeypatch.context() as patch:
+            if poison:
+                patch.setattr(decoding.torch, "empty", lambda *a, **k: torch.full(a[0], float("nan"), dtype=k["dtype"]))
+            generator = torch.Generator().manual_seed(9)
+            out.append(sample_static(decoder(model, pack=True), ids, mask, 3, 12, policy.eos_ids, generator=generator))
     assert not out[1].logprobs.isnan().any()
     assert torch.equal(out[0].ids, out[1].ids) and torch.equal(out[0].logprobs, out[1].logprobs)
+
+
+def test_narrow_models_are_not_packed(policy: LMPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the default ``MIN_WIDTH`` the tiny model (width 64) runs its modules; SmolLM2's width is packed."""
+    monkeypatch.undo()  # the default width rule, not pack_any_width's
+    assert packing.MIN_WIDTH == 256
+    assert packing.PackCache().get(Decoder(policy.sampling_model())) is None
+    wide = Decoder(llama_at_smollm2_widths(dtype(policy)))
+    assert packing.pays(wide) == PACKS[dtype(policy)]
+    assert (packing.PackCache().get(wide) is not None) == PACKS[dtype(policy)]
 
 
 def test_packing_is_on_where_it_pays() -> None:
