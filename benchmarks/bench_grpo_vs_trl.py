@@ -273,7 +273,7 @@ def main() -> None:
     for rep in range(a.repeats):  # every arm once per repeat, the order rotating: load drifts hit all arms alike
         for k in chosen[rep % len(chosen) :] + chosen[: rep % len(chosen)]:
             splits[k].append(runs[k]())
-            print(f"  repeat {rep + 1}/{a.repeats}: {k}: {rate(splits[k][-1]):.1f} completions/s ({load()})", flush=True)
+            print(f"  repeat {rep + 1}/{a.repeats}: {k}: {rate(splits[k][-1]):.3g} completions/s ({load()})", flush=True)
     if splits:
         rates = {k: [rate(s) for s in v] for k, v in splits.items()}
         base = max((statistics.median(v) for k, v in rates.items() if k.startswith("TRL")), default=None)
@@ -281,9 +281,19 @@ def main() -> None:
         for k, v in splits.items():
             gen, update = [g for s in v for g in s.gen], [u for s in v for u in s.update]
             mid = statistics.median(rates[k])
-            rows.append([k, mid, f"{min(rates[k]):.1f}-{max(rates[k]):.1f}", statistics.mean(gen), statistics.mean(update), f"{mid / base:.2f}x" if base else ""])
+            rows.append(
+                [
+                    k,
+                    mid,
+                    f"{min(rates[k]):.3g}-{max(rates[k]):.3g}",
+                    statistics.mean(gen),
+                    statistics.mean(update),
+                    f"{mid / base:.2f}x" if base else "",
+                ]
+            )
         print(f"\nEnd to end, {a.steps} measured steps after 1 warm-up, {a.repeats} repeat(s) ({load()}); median, range and ratio to TRL's best arm")
         print(table(["arm", "completions/s", "range", "gen s/step", "update s/step", "vs TRL best"], rows))
+
 
 if __name__ == "__main__":
     main()

@@ -116,7 +116,9 @@ def steps(model: Any, pack: bool, count: int = 5, group: int = 2) -> tuple[bool,
 @pytest.mark.parametrize(("which", "group"), [("tiny-llama", 2), ("qwen2-biases", 2), ("smollm2-widths", 21), ("smollm2-widths", 67)])
 def test_packed_steps_match_the_modules(policy: LMPolicy, which: str, group: int) -> None:
     """3 x ``group`` rows: 6, 63 (a decode batch) and 201 (past where the plain call changes kernel)."""
-    model = {"tiny-llama": lambda d: policy.sampling_model(), "qwen2-biases": qwen2_with_biases, "smollm2-widths": llama_at_smollm2_widths}[which](dtype(policy))
+    model = {"tiny-llama": lambda d: policy.sampling_model(), "qwen2-biases": qwen2_with_biases, "smollm2-widths": llama_at_smollm2_widths}[which](
+        dtype(policy)
+    )
     assert model.dtype == dtype(policy)
     packed, fast = steps(model, pack=True, group=group)
     unpacked, plain = steps(model, pack=False, group=group)

@@ -7,7 +7,7 @@ weights packed once per set of weights and q/k/v and gate/up fused into one matm
 (packing all of them: ~0.12 s, repaid after about six steps; a whole step, attention and norms
 included, is 1.23x faster). In fp32 on an AMD EPYC (Zen 3, 2 cores, 2026-11-27) MKL ran the
 64-row matmuls at 62-96 GFLOP/s (the 576 x 49,152 head at 62) and oneDNN's packed kernels at
-110-116; the whole sampler ran 1.22x faster (bench_generation, 16 new tokens). On the AMX Xeon
+110-116; SmolLM2's sampling ran 1.13-1.27x faster (bench_generation, 16 and 64 new tokens). On the AMX Xeon
 fp32 packing measured even with MKL (140-157 GFLOP/s either way), so it is on for fp32 too.
 
 Exactness: both calls accumulate in the dtype's accumulator (fp32) and round once, so a step's

@@ -46,17 +46,20 @@ class SamplingConfig:
     #: off-policy correction absorbs the difference to its fp32 log-probs.
     dtype: Literal["float32", "bfloat16"] = "float32"
     #: lean sampler only. static: keys/values in one preallocated buffer (lm.decoder; Llama and
-    #: Qwen2 models, others fall back); dynamic: the model's forward with a growing DynamicCache.
-    #: The fast setting is dtype=bfloat16 with kv_cache=static (1.5x fp32 here); dynamic stays the
-    #: default so a recipe that sets nothing samples exactly as before.
-    kv_cache: Literal["static", "dynamic"] = "dynamic"
+    #: Qwen2 models, others fall back to dynamic); dynamic: the model's forward with a growing
+    #: DynamicCache. static is the default: faster in every case measured (fp32 on an AMD EPYC,
+    #: 2026-11-27: SmolLM2 1.19-1.31x, the tiny test model 1.9x; bf16 1.4x on the AMX Xeon), and
+    #: its log-probs are checked against fresh forwards as the dynamic path's are.
+    kv_cache: Literal["static", "dynamic"] = "static"
     #: static kv only: torch.compile the decode step. Measured not to pay on this CPU (tiny model,
     #: 2026-11-22: ~9 min of compiling under load, recompiles per column, then 3x slower than eager).
     compile: bool = False
-    #: static kv on a CPU (fp32, or bf16 where oneDNN has bf16 kernels): the decode steps' weights
-    #: fused (q/k/v, gate/up) and packed for oneDNN once per set of weights (lm.packed: a bf16 step
-    #: 1.23x faster on an AMX Xeon, fp32 sampling 1.22x on an AMD EPYC). False calls the model's modules. Ignored with ``compile`` (a compiled step is
-    #: bound to the decoder it was traced from, whose packing would go stale).
+    #: static kv on a CPU (fp32, or bf16 where oneDNN has bf16 kernels; models at least
+    #: lm.packed.MIN_WIDTH wide): the decode steps' weights fused (q/k/v, gate/up) and packed for
+    #: oneDNN once per set of weights (a bf16 step 1.23x faster on an AMX Xeon, SmolLM2's fp32
+    #: sampling 1.13-1.27x on an AMD EPYC). False calls the model's modules. Ignored with
+    #: ``compile`` (a compiled step is bound to the decoder it was traced from, whose packing
+    #: would go stale).
     pack: bool = True
     #: torch threads while sampling (0: leave torch's setting). Decode multiplies small matrices
     #: (rows x hidden); on a CPU shared with other busy processes, two spinning OpenMP threads can
@@ -129,7 +132,7 @@ class LMPolicy(Policy):
         self._prompt_cache: dict[str, list[int]] = {}
         self._sampling_models: dict[str, SamplingModel] = {}
         self._compiled: tuple[Any, StepFn] | None = None  # (module, its compiled decode step)
-        self._packs = PackCache()  # the bf16 decode weights packed for oneDNN, kept while unchanged
+        self._packs = PackCache()  # the decode weights packed for oneDNN, kept while unchanged
 
     # ------------------------------------------------------------------ prompts
     def chat(self, prompt: str) -> str:

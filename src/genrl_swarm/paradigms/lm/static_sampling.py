@@ -3,11 +3,10 @@
 Same contract and same distribution as ``sampling.sample`` (it shares ``pick``): each prompt is
 prefilled once and fanned out to its ``n`` rows, behaviour log-probs come from the logits the
 tokens were drawn from, in the precision the model runs in. What differs is the cache: keys and
-values are written in place instead of concatenated, and finished rows are not copied out of
-the cache at every step. Copying the buffer costs about as much as a few decode steps, so rows
-are compacted only once at least ``compact_at`` of the batch has finished; until then a
-finished row rides along and its tokens are ignored. It still draws a random number, so with
-a fixed seed the samples equal the dynamic path's only until the first row finishes.
+values are written in place instead of concatenated, and a finished row leaves the batch at
+once by handing its place to a still-active row from the back (``KVBuffer.compact``: only the
+finished rows' keys and values move, not the whole cache). Rows then change order, so with a
+fixed seed the samples equal the dynamic path's only until the first row finishes.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ def sample_static(
     greedy: bool = False,
     generator: torch.Generator | None = None,
     stop: Callable[[], bool] | None = None,
-    compact_at: float = 0.25,
     step_fn: StepFn | None = None,
 ) -> Sampled:
     """``n`` completions of each left-padded prompt in ``input_ids`` [B, L] (see ``sampling.sample``).
@@ -49,8 +47,6 @@ def sample_static(
     position = attention_mask.sum(1).repeat_interleave(n)  # the next token's position in each row
     total = logits.shape[0]
     rows = torch.arange(total, device=device)  # which output row each batch row is
-    active = torch.ones(total, dtype=torch.bool, device=device)  # batch rows still generating
-    alive = total
     ids = torch.zeros((total, max_new_tokens), dtype=torch.long, device=device)
     logprobs = torch.zeros((total, max_new_tokens), dtype=torch.float32, device=device)
     lengths = torch.zeros(total, dtype=torch.long, device=device)
@@ -60,21 +56,18 @@ def sample_static(
         if stop is not None and stop():
             raise RunInterrupted("generation interrupted")
         token, token_logp = pick(logits, temperature, top_p, greedy, generator)
-        ids[rows, step], logprobs[rows, step] = token, token_logp  # finished rows write past their length: padding
-        ended = active & torch.isin(token, eos)
-        active &= ~ended
-        now = int(active.sum())  # one host sync per step decides everything below
-        if now < alive:
-            done = rows[ended]
+        ids[rows, step], logprobs[rows, step] = token, token_logp
+        active = ~torch.isin(token, eos)
+        alive = int(active.sum())  # one host sync per step decides everything below
+        if alive < len(rows):
+            done = rows[~active]
             stopped[done], lengths[done] = True, step + 1
-        alive = now
         if step == max_new_tokens - 1 or alive == 0:
             lengths[rows[active]] = step + 1  # cut at the token limit
             break
-        if alive <= (1.0 - compact_at) * len(rows):
-            keep = active.nonzero().squeeze(1)
-            buffer = buffer.select(keep)
-            rows, token, position, active = rows[keep], token[keep], position[keep], active[keep]
+        if alive < len(rows):
+            buffer, order = buffer.compact(active)
+            rows, token, position = rows[order], token[order], position[order]
         logits = advance(token, position, buffer, width + step)
         position = position + 1
     return Sampled(ids, logprobs, lengths, stopped)
