@@ -53,16 +53,27 @@ def policy() -> LMPolicy:
 
 
 # --------------------------------------------------------------------------- acting
-def test_act_returns_one_token_rollout_per_input(policy: LMPolicy) -> None:
+def passes(policy: LMPolicy) -> tuple[list[tuple[int, int]], Any]:
+    """The [rows, tokens] of every pass through the model's embedding (each prefill block and
+    decode step, on every sampler path: the static decoder calls the modules, not the forward)."""
     shapes: list[tuple[int, int]] = []
-    hook = policy.model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    hook = policy.model.model.embed_tokens.register_forward_pre_hook(lambda m, a: shapes.append(tuple(a[0].shape)))
+    return shapes, hook
+
+
+@pytest.mark.parametrize("kv_cache", ["static", "dynamic"])
+def test_act_returns_one_token_rollout_per_input(kv_cache: str) -> None:
+    policy = make(kv_cache=kv_cache)
+    shapes, hook = passes(policy)
     try:
         ins = inputs(*(f"Calculate {i} + {i}." for i in range(5)))
         bodies = policy.act(ins, 0)
     finally:
         hook.remove()
-    assert shapes[0][0] == 5 and shapes[0][1] > 1  # one prefill per prompt, not per generation
-    assert all(rows <= 15 and width == 1 for rows, width in shapes[1:])  # then 5 x 3 rows decode together
+    prefill, decode = [s for s in shapes if s[1] > 1], [s for s in shapes if s[1] == 1]
+    assert prefill and all(rows <= 5 for rows, _ in prefill)  # one prefill per prompt, not per generation
+    assert shapes[: len(prefill)] == prefill and len(prefill) == (2 if kv_cache == "static" else 1)  # static: the shared system prompt once, then each prompt's rest
+    assert decode and all(rows <= 15 for rows, _ in decode)  # then 5 x 3 rows decode together
     for inp, body in zip(ins, bodies, strict=True):
         assert isinstance(body, TokenRollout) and body.task_id == inp.task_id and body.input_digest == inp.digest
         assert list(body.prompt_ids) == policy.prompt_ids(inp) and body.tokenizer == policy.fingerprint
@@ -104,14 +115,13 @@ def test_sampling_is_reproducible_per_peer_seed() -> None:
     assert a.rollouts(ins) == b.rollouts(ins)
 
 
-@pytest.mark.parametrize("sampler", ["lean", "hf"])
-def test_interrupt_stops_a_long_generation_within_one_step(sampler: str) -> None:
+@pytest.mark.parametrize(("sampler", "kv_cache"), [("lean", "static"), ("lean", "dynamic"), ("hf", "dynamic")])
+def test_interrupt_stops_a_long_generation_within_one_step(sampler: str, kv_cache: str) -> None:
     """Counted in decoding steps, not seconds: a loaded machine must not make this flaky."""
-    p = make(max_new_tokens=4000, num_generations=4, sampler=sampler)
+    p = make(max_new_tokens=4000, num_generations=4, sampler=sampler, kv_cache=kv_cache)
     p.eos_ids = [p.vocab_size]  # never sampled: without the interrupt this runs for 4000 steps
-    steps: list[int] = []
+    steps, hook = passes(p)
     at_interrupt: list[int] = []
-    hook = p.model.register_forward_pre_hook(lambda *a: steps.append(1))
 
     def interrupt() -> None:
         at_interrupt.append(len(steps))
@@ -123,7 +133,8 @@ def test_interrupt_stops_a_long_generation_within_one_step(sampler: str) -> None
             p.act(inputs(), 0)
     finally:
         hook.remove()
-    assert at_interrupt and len(steps) - at_interrupt[0] <= 2  # the step under way, at most one more
+    assert at_interrupt and at_interrupt[0] > 0  # steps were counted
+    assert len(steps) - at_interrupt[0] <= 2  # the step under way, at most one more
     p.sampling.max_new_tokens = 2
     assert len(p.rollouts(inputs("Hi"))) == 1  # the request was consumed: the policy acts again
 

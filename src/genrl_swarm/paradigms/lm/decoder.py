@@ -26,6 +26,9 @@ from genrl_swarm.paradigms.lm import packed as packing
 
 #: model_type values whose decoder layer is exactly: norm, q/k/v, RoPE, attention, o, norm, gated MLP.
 SUPPORTED_TYPES = ("llama", "qwen2")
+#: A prefix shared by every prompt of a prefill is run once when it has at least this many
+#: tokens (shorter ones do not repay the second, narrow pass over the layers).
+SHARED_PREFIX_MIN = 16
 
 
 def base_model(model: Any) -> Any:
@@ -74,6 +77,22 @@ class KVBuffer:
             self.valid[holes] = self.valid[movers]
             order[holes] = movers
         return KVBuffer(self.data[:, :, :alive], self.valid[:alive]), order
+
+
+def shared_prefix(ids: torch.Tensor, mask: torch.Tensor) -> int:
+    """How many first tokens every left-padded prompt in ``ids``/``mask`` [B, L] has in common,
+    leaving each prompt at least one token of its own (its last position gives its logits).
+    0 unless every mask is left padding followed only by real tokens."""
+    lengths = mask.sum(1)
+    if not bool((mask.flip(1).cumprod(1).sum(1) == lengths).all()):
+        return 0
+    shortest = int(lengths.min())
+    if shortest < 2:
+        return 0
+    columns = (ids.shape[1] - lengths)[:, None] + torch.arange(shortest, device=ids.device)[None]  # each row's first tokens
+    first = ids.gather(1, columns)
+    same = (first == first[:1]).all(0)
+    return int(same.long().cumprod(0).sum().clamp(max=shortest - 1))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -129,10 +148,12 @@ class Decoder:
             keys, values = kv[0], kv[1]
             keys[:, :, write], values[:, :, write] = k[:, :, 0], v[:, :, 0]
             out = self._decode_attention(q, keys, values, mask, attn.scaling)
-        else:  # prefill: attend over the prompt only, then fan it out to the group's rows
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
+        else:  # prefill: fan the block's keys out to the group's rows, attend over the columns before it too
             grouped = kv.view(2, b, group, *kv.shape[2:])
             grouped[0, :, :, :, write], grouped[1, :, :, :, write] = k[:, None], v[:, None]
+            if write.start:  # after a shared prefix: its keys, then the block's, as the buffer holds them
+                k, v = grouped[0, :, 0, :, : write.stop], grouped[1, :, 0, :, : write.stop]
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
         out = out.transpose(1, 2).reshape(b, t, -1)
         x = x + (fused.o(out) if fused else attn.o_proj(out))
         h = layer.post_attention_layernorm(x)
@@ -157,24 +178,50 @@ class Decoder:
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, group: int, width: int) -> tuple[KVBuffer, torch.Tensor]:
         """Run left-padded prompts ``ids``/``mask`` [B, L] once; returns a buffer of B*group rows and
-        ``width`` columns (prompt in the first L) and the last position's logits [B*group, V]."""
+        ``width`` columns (prompts in the first L) and the last position's logits [B*group, V].
+
+        A prefix every prompt starts with (a system prompt and the chat template, often most of a
+        GRPO prompt) is run once, for all rows, when it is at least ``SHARED_PREFIX_MIN`` tokens:
+        then the buffer holds it in columns [0, P) and each prompt's rest, left-padded, in
+        [P, longest prompt); positions are the same as in one pass, so the keys are too."""
         b, length = ids.shape
-        buffer = self.allocate(b * group, width, written=length)  # the prompt's columns are written below
-        keep = mask.bool()
-        positions = (mask.cumsum(1) - 1).clamp(min=0)
-        causal = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()
+        lengths = mask.sum(1)
+        shared = shared_prefix(ids, mask) if b > 1 else 0
+        if shared < SHARED_PREFIX_MIN:
+            buffer = self.allocate(b * group, width, written=length)  # the prompt's columns are written below
+            x = self._block(ids, mask.bool(), (mask.cumsum(1) - 1).clamp(min=0), buffer, 0, group)
+            buffer.valid[:, :length] = mask.bool().repeat_interleave(group, 0)
+        else:
+            rest = int(lengths.max()) - shared
+            buffer = self.allocate(b * group, width, written=shared + rest)
+            prefix = ids[:1, length - int(lengths[0]) :][:, :shared]
+            self._block(prefix, torch.ones_like(prefix, dtype=torch.bool), torch.arange(shared, device=ids.device)[None], buffer, 0, b * group)
+            keep = torch.arange(rest, device=ids.device)[None] >= (rest - (lengths - shared))[:, None]
+            x = self._block(ids[:, length - rest :], keep, shared + (keep.cumsum(1) - 1).clamp(min=0), buffer, shared, group)
+            buffer.valid[:, :shared] = True
+            buffer.valid[:, shared : shared + rest] = keep.repeat_interleave(group, 0)
+        logits = self._logits(x[:, -1:])[:, 0]
+        return buffer, logits.repeat_interleave(group, 0) if group > 1 else logits
+
+    def _block(self, ids: torch.Tensor, keep: torch.Tensor, positions: torch.Tensor, buffer: KVBuffer, start: int, group: int) -> torch.Tensor:
+        """Tokens ``ids`` [B, T] (``keep``: real, not padding) through every layer, their keys and
+        values into columns [start, start + T) of each input row's ``group`` buffer rows; the
+        columns before ``start`` (a shared prefix) are visible to every query. Returns the last
+        layer's hidden states [B, T, hidden]."""
+        b, t = ids.shape
+        causal = torch.ones(t, t, dtype=torch.bool, device=ids.device).tril()
         # A padding query sees only itself (a row with no visible key would give NaN); real
         # queries never see padding keys, so what padding positions compute is never used.
-        attend = (causal & keep[:, None, :]) | torch.eye(length, dtype=torch.bool, device=ids.device)
+        attend = (causal & keep[:, None, :]) | torch.eye(t, dtype=torch.bool, device=ids.device)
+        if start:
+            attend = torch.cat([attend.new_ones(b, t, start), attend], dim=2)
         attend = attend[:, None]
         x = self.embed(ids)
         cos, sin = self.rotary(x, positions)
         cos, sin = cos[:, None], sin[:, None]
         for i in range(len(self.layers)):
-            x = self._attend(i, x, cos, sin, buffer.data[i], slice(0, length), attend, group)
-        buffer.valid[:, :length] = keep.repeat_interleave(group, 0)
-        logits = self._logits(x[:, -1:])[:, 0]
-        return buffer, logits.repeat_interleave(group, 0) if group > 1 else logits
+            x = self._attend(i, x, cos, sin, buffer.data[i], slice(start, start + t), attend, group)
+        return x
 
     def step(self, token: torch.Tensor, position: torch.Tensor, buffer: KVBuffer, column: int) -> torch.Tensor:
         """Feed ``token`` [R] at ``position`` [R]; its keys/values go to ``column``. Returns logits [R, V]."""

@@ -23,7 +23,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def weight_key(model: torch.nn.Module) -> tuple[tuple[int, int], ...]:
-    """Changes whenever any parameter is replaced or modified in place."""
+    """Changes whenever any parameter is replaced or modified in place through torch's ops (which
+    bump its version counter). torch's fused optimizers (``AdamW(fused=True)``) write without
+    bumping it: the learners' AdamW is the default (foreach) one, which does; a learner that
+    switched to a fused one would leave the bf16 copy and the packed decode weights stale."""
     return tuple((p.data_ptr(), p._version) for p in model.parameters())
 
 
