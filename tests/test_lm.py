@@ -72,7 +72,9 @@ def test_act_returns_one_token_rollout_per_input(kv_cache: str) -> None:
         hook.remove()
     prefill, decode = [s for s in shapes if s[1] > 1], [s for s in shapes if s[1] == 1]
     assert prefill and all(rows <= 5 for rows, _ in prefill)  # one prefill per prompt, not per generation
-    assert shapes[: len(prefill)] == prefill and len(prefill) == (2 if kv_cache == "static" else 1)  # static: the shared system prompt once, then each prompt's rest
+    assert shapes[: len(prefill)] == prefill and len(prefill) == (
+        2 if kv_cache == "static" else 1
+    )  # static: the shared system prompt once, then each prompt's rest
     assert decode and all(rows <= 15 for rows, _ in decode)  # then 5 x 3 rows decode together
     for inp, body in zip(ins, bodies, strict=True):
         assert isinstance(body, TokenRollout) and body.task_id == inp.task_id and body.input_digest == inp.digest
