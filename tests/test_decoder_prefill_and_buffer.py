@@ -21,16 +21,9 @@ from genrl_swarm.paradigms.lm import decoder as decoding
 from genrl_swarm.paradigms.lm.decoder import Decoder, KVBuffer, shared_prefix
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 
+from helpers.prompts import left_padded
+
 SYSTEM = list(range(40, 60))  # 20 tokens every prompt starts with
-
-
-def left_padded(rows: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :], mask[i, width - len(r) :] = torch.tensor(r), 1
-    return ids, mask
 
 
 def test_shared_prefix_counts_the_common_first_tokens_and_leaves_each_prompt_one() -> None:

@@ -22,6 +22,8 @@ from genrl_swarm.paradigms.lm.decoder import Decoder
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 from genrl_swarm.paradigms.lm.static_sampling import sample_static
 
+from helpers.prompts import left_padded
+
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 QUESTIONS = ("Calculate 1 + 2.", "Calculate 7 * 3.", "q")
 PACKS = {dtype: packing.available(dtype, torch.device("cpu")) for dtype in (torch.bfloat16, torch.float32)}
@@ -89,12 +91,7 @@ def decoder(model: Any, pack: bool) -> Decoder:
 
 
 def prompts(pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = [[5, 9, 17, 3], [40, 2], [7, 7, 7, 7, 7, 8]]
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :], mask[i, width - len(r) :] = torch.tensor(r), 1
+    ids, mask = left_padded([[5, 9, 17, 3], [40, 2], [7, 7, 7, 7, 7, 8]], pad)
     return ids, mask
 
 
