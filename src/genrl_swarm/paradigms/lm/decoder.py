@@ -185,13 +185,14 @@ class Decoder:
         then the buffer holds it in columns [0, P) and each prompt's rest, left-padded, in
         [P, longest prompt); positions are the same as in one pass, so the keys are too."""
         b, length = ids.shape
-        lengths = mask.sum(1)
         shared = shared_prefix(ids, mask) if b > 1 else 0
         if shared < SHARED_PREFIX_MIN:
             buffer = self.allocate(b * group, width, written=length)  # the prompt's columns are written below
-            x = self._block(ids, mask.bool(), (mask.cumsum(1) - 1).clamp(min=0), buffer, 0, group)
-            buffer.valid[:, :length] = mask.bool().repeat_interleave(group, 0)
+            keep = mask.bool()
+            x = self._block(ids, keep, (mask.cumsum(1) - 1).clamp(min=0), buffer, 0, group)
+            buffer.valid[:, :length] = keep.repeat_interleave(group, 0)
         else:
+            lengths = mask.sum(1)
             rest = int(lengths.max()) - shared
             buffer = self.allocate(b * group, width, written=shared + rest)
             prefix = ids[:1, length - int(lengths[0]) :][:, :shared]

@@ -7,8 +7,9 @@ weights packed once per set of weights and q/k/v and gate/up fused into one matm
 (packing all of them: ~0.12 s, repaid after about six steps; a whole step, attention and norms
 included, is 1.23x faster). In fp32 on an AMD EPYC (Zen 3, 2 cores, 2026-11-27) MKL ran the
 64-row matmuls at 62-96 GFLOP/s (the 576 x 49,152 head at 62) and oneDNN's packed kernels at
-110-116; SmolLM2's sampling ran 1.13-1.27x faster (bench_generation, 16 and 64 new tokens). On the AMX Xeon
-fp32 packing measured even with MKL (140-157 GFLOP/s either way), so it is on for fp32 too.
+110-116; SmolLM2's sampling ran 1.13-1.27x faster (bench_generation, 16 and 64 new tokens).
+On the AMX Xeon fp32 packing measured even with MKL (140-157 GFLOP/s either way), so it is on
+for fp32 too.
 
 Exactness: both calls accumulate in the dtype's accumulator (fp32) and round once, so a step's
 output is the modules' up to rounding: in bf16, on the AMX Xeon it was measured on, the same bit
@@ -62,7 +63,8 @@ def pays(decoder: Decoding) -> bool:
 
 
 def available(dtype: torch.dtype, device: torch.device) -> bool:
-    """True where packing is both possible and measured to pay: fp32, or bf16 where oneDNN has bf16 kernels."""
+    """True where oneDNN can pack ``dtype`` on ``device``: fp32, or bf16 where it has bf16 kernels
+    (whether it pays also depends on the model's width: ``pays``)."""
     if device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
     if dtype == torch.float32:
