@@ -47,7 +47,8 @@ def payload(size: int, step: int) -> Any:
     return TokenRollout("t", "0" * 24, (1000,) * 8, samples, step, "bench")
 
 
-def exchanges(backend: Any, world: int, iters: int) -> dict[str, list[float]]:
+def exchanges(backend: Any, world: int, iters: int) -> tuple[dict[str, list[float]], int]:
+    """Seconds per exchange by payload label, and the last round exchanged in."""
     from genrl_swarm.core import TokenRollout
 
     timings: dict[str, list[float]] = {}
@@ -65,7 +66,7 @@ def exchanges(backend: Any, world: int, iters: int) -> dict[str, list[float]]:
                 raise RuntimeError(f"{type(backend).__name__} world {world}: got {got.summary()}")
             if i > 0:
                 timings.setdefault(label, []).append(elapsed)
-    return timings
+    return timings, step
 
 
 def torch_worker(rank: int, world: int, port: int, iters: int, results: Any) -> None:
@@ -73,7 +74,7 @@ def torch_worker(rank: int, world: int, port: int, iters: int, results: Any) -> 
     from genrl_swarm.comm.torch_dist import TorchBackend
 
     backend = TorchBackend(backend="gloo", max_bytes=16 << 20)
-    timings = exchanges(backend, world, iters)
+    timings, _ = exchanges(backend, world, iters)
     if rank == 0:
         results.put(timings)
     backend.close()
@@ -103,8 +104,11 @@ def hivemind_peer(index: int, world: int, iters: int, initial: str | None) -> No
             if time.monotonic() > end:
                 raise RuntimeError(f"only {len(backend.membership.live())} of {world} peers joined")
             time.sleep(0.05)
-        timings = exchanges(backend, world, iters)
-        backend.exchange(10**6, 0, [payload(1, 0)], timeout=30, body_type=type(payload(1, 0)))  # a barrier: nobody leaves while others still pull
+        timings, last = exchanges(backend, world, iters)
+        # A barrier, so nobody leaves while others still pull. Its round is the next one: a peer
+        # keeps its slots for the 4 rounds before its newest, and a round far ahead made a fast
+        # peer drop the last round's bytes while a slow one was still asking for them.
+        backend.exchange(last + 1, 0, [payload(1, 0)], timeout=30, body_type=type(payload(1, 0)))
         time.sleep(1.0)
         if index == 0:
             print("TIMINGS", json.dumps(timings), flush=True)

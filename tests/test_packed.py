@@ -18,7 +18,7 @@ import torch
 
 from genrl_swarm.core import Task
 from genrl_swarm.paradigms.lm import packed as packing
-from genrl_swarm.paradigms.lm.decoder import Decoder
+from genrl_swarm.paradigms.lm.decoder import SHARED_PREFIX_MIN, Decoder
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 from genrl_swarm.paradigms.lm.static_sampling import sample_static
 
@@ -90,19 +90,23 @@ def decoder(model: Any, pack: bool) -> Decoder:
     return out
 
 
-def prompts(pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    ids, mask = left_padded([[5, 9, 17, 3], [40, 2], [7, 7, 7, 7, 7, 8]], pad)
+def prompts(pad: int, shared: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three prompts, after a common prefix of ``shared`` tokens (prefilled once from
+    ``SHARED_PREFIX_MIN`` on)."""
+    prefix = [11 + i % 50 for i in range(shared)]
+    ids, mask = left_padded([prefix + row for row in ([5, 9, 17, 3], [40, 2], [7, 7, 7, 7, 7, 8])], pad)
     return ids, mask
 
 
 @torch.inference_mode()
-def steps(model: Any, pack: bool, count: int = 5, group: int = 2) -> tuple[bool, list[torch.Tensor]]:
-    """Logits of ``count`` greedy decode steps (3 prompts x ``group`` rows), and whether weights were packed."""
+def steps(model: Any, pack: bool, count: int = 5, group: int = 2, shared: int = 0) -> tuple[bool, list[torch.Tensor]]:
+    """Logits of the prefill and of ``count`` greedy decode steps (3 prompts x ``group`` rows), and
+    whether weights were packed."""
     decoding = decoder(model, pack)
-    ids, mask = prompts(0)
+    ids, mask = prompts(0, shared)
     buffer, logits = decoding.prefill(ids, mask, group, ids.shape[1] + count)
     position = mask.sum(1).repeat_interleave(group)
-    out = []
+    out = [logits.clone()]
     for s in range(count):
         token = logits.argmax(-1)
         logits = decoding.step(token, position + s, buffer, ids.shape[1] + s)
@@ -110,15 +114,19 @@ def steps(model: Any, pack: bool, count: int = 5, group: int = 2) -> tuple[bool,
     return decoding.packed is not None, out
 
 
-@pytest.mark.parametrize(("which", "group"), [("tiny-llama", 2), ("qwen2-biases", 2), ("smollm2-widths", 21), ("smollm2-widths", 67)])
-def test_packed_steps_match_the_modules(policy: LMPolicy, which: str, group: int) -> None:
-    """3 x ``group`` rows: 6, 63 (a decode batch) and 201 (past where the plain call changes kernel)."""
+@pytest.mark.parametrize(
+    ("which", "group", "shared"),
+    [("tiny-llama", 2, 0), ("tiny-llama", 2, SHARED_PREFIX_MIN + 4), ("qwen2-biases", 2, 0), ("smollm2-widths", 21, 0), ("smollm2-widths", 67, 0)],
+)
+def test_packed_steps_match_the_modules(policy: LMPolicy, which: str, group: int, shared: int) -> None:
+    """3 x ``group`` rows: 6, 63 (a decode batch) and 201 (past where the plain call changes kernel);
+    the prefill too (packed as well), with and without a shared prefix."""
     model = {"tiny-llama": lambda d: policy.sampling_model(), "qwen2-biases": qwen2_with_biases, "smollm2-widths": llama_at_smollm2_widths}[which](
         dtype(policy)
     )
     assert model.dtype == dtype(policy)
-    packed, fast = steps(model, pack=True, group=group)
-    unpacked, plain = steps(model, pack=False, group=group)
+    packed, fast = steps(model, pack=True, group=group, shared=shared)
+    unpacked, plain = steps(model, pack=False, group=group, shared=shared)
     assert packed == PACKS[dtype(policy)] and not unpacked
     for a, b in zip(fast, plain, strict=True):
         assert_close(a, b)

@@ -101,6 +101,33 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
+@dataclass(frozen=True)
+class RopeTables:
+    """One decode step's RoPE for the query heads followed by the key heads, [R, heads, D] each.
+
+    ``rotate`` is x*cos + cat(-x2, x1)*sin; here x*cos + cat(x2, x1)*sin' with sin' = cat(-sin1,
+    sin2), the same products (a sign moved between factors is exact), in four kernels for q and
+    k together instead of ten. The query rows also carry the attention scale (exact when it is a
+    power of two, as for head_dim 64; otherwise a rounding step)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    @classmethod
+    def of(cls, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int, scale: float) -> RopeTables:
+        half = cos.shape[-1] // 2
+        signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+        def table(t: torch.Tensor) -> torch.Tensor:  # [R, D] -> [R, heads + kv_heads, D]
+            return torch.cat((t[:, None].expand(-1, heads, -1) * scale, t[:, None].expand(-1, kv_heads, -1)), dim=1)
+
+        return cls(table(cos), table(signed))
+
+    def turn(self, x: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return x * self.cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * self.sin
+
+
 class Decoder:
     """Prefill and one-token steps of a supported model, writing into a ``KVBuffer``."""
 
@@ -132,12 +159,14 @@ class Decoder:
     def _attend(self, index: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
                 write: slice | int, mask: torch.Tensor, group: int) -> torch.Tensor:  # fmt: skip
         """Decoder layer ``index`` on x [B, T, hidden]; its keys/values go into ``kv`` [2, B*group, kvh, W, D]
-        at columns ``write`` (each input row's keys to ``group`` consecutive buffer rows). A decode
-        step (``write`` an int) uses the packed weights when there are any."""
+        at columns ``write`` (each input row's keys to ``group`` consecutive buffer rows). On the
+        packed weights when there are any: in fp32 on the AMD EPYC their matmuls were 1.47x faster
+        than MKL's at a shared prefix's 33 rows and 1.13x at 96 (a prompt block's); the decode
+        steps with packed weights take ``_packed_step``."""
         layer = self.layers[index]
         attn = layer.self_attn
         b, t, _ = x.shape
-        fused = self.packed.layers[index] if self.packed is not None and isinstance(write, int) else None
+        fused = self.packed.layers[index] if self.packed is not None else None
         h = layer.input_layernorm(x)
         q, k, v = fused.qkv(h).split(fused.split, dim=-1) if fused else (attn.q_proj(h), attn.k_proj(h), attn.v_proj(h))
         q = q.reshape(b, t, self.heads, self.head_dim).transpose(1, 2)
@@ -157,7 +186,7 @@ class Decoder:
         out = out.transpose(1, 2).reshape(b, t, -1)
         x = x + (fused.o(out) if fused else attn.o_proj(out))
         h = layer.post_attention_layernorm(x)
-        return x + (packing.mlp(fused, h) if fused else layer.mlp(h))
+        return x + (fused.down(packing.gated(fused, h)) if fused else layer.mlp(h))
 
     def _decode_attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
         """Attention of one query per row over the buffer, as two batched matmuls.
@@ -174,7 +203,7 @@ class Decoder:
         return out.reshape(r, self.heads, 1, d)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.norm(x))
+        return (self.packed.head if self.packed is not None else self.head)(self.norm(x))
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, group: int, width: int) -> tuple[KVBuffer, torch.Tensor]:
         """Run left-padded prompts ``ids``/``mask`` [B, L] once; returns a buffer of B*group rows and
@@ -231,9 +260,32 @@ class Decoder:
         mask = bias[:, None, None, :]
         x = self.embed(token[:, None])
         cos, sin = self.rotary(x, position[:, None])
+        if self.packed is not None:
+            return self._packed_step(x[:, 0], cos[:, 0], sin[:, 0], buffer, column, mask)
         cos, sin = cos[:, None], sin[:, None]
         for i in range(len(self.layers)):
             x = self._attend(i, x, cos, sin, buffer.data[i], column, mask, 1)
-        if self.packed is not None:
-            return self.packed.head(self.norm(x))[:, 0]
         return self._logits(x)[:, 0]
+
+    def _packed_step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, buffer: KVBuffer, column: int, mask: torch.Tensor) -> torch.Tensor:
+        """``step`` on the packed weights, x [R, hidden], in as few kernels as it takes.
+
+        Why a path of its own: at 64 rows a layer's four matmuls are ~75% of a step and the
+        ~35 small kernels around them most of the rest (fp32 SmolLM2, AMD EPYC, 2026-11-27).
+        Here RoPE turns the query and key heads together with tables built once per step
+        (``RopeTables``: the attention scale folded into the query rows), the query heads are
+        already grouped per kv head, and oneDNN adds the residual inside the o and down matmuls."""
+        r = x.shape[0]
+        h, kvh, d = self.heads, self.kv_heads, self.head_dim
+        assert self.packed is not None
+        rope = RopeTables.of(cos, sin, h, kvh, float(self.layers[0].self_attn.scaling))
+        for i, (layer, fused) in enumerate(zip(self.layers, self.packed.layers, strict=True)):
+            qkv = fused.qkv(layer.input_layernorm(x))  # [R, (h + 2 kvh) * d]
+            qk = rope.turn(qkv[:, : (h + kvh) * d].view(r, h + kvh, d))  # q (scaled) and k heads, contiguous
+            keys, values = buffer.data[i, 0], buffer.data[i, 1]
+            keys[:, :, column], values[:, :, column] = qk[:, h:], qkv[:, (h + kvh) * d :].view(r, kvh, d)
+            scores = torch.matmul(qk[:, :h].view(r, kvh, h // kvh, d), keys.transpose(-1, -2))
+            probs = torch.softmax(scores.float().add_(mask), dim=-1).to(values.dtype)  # fp32 softmax, as HF's eager
+            x = fused.o.add(torch.matmul(probs, values).view(r, h * d), x)
+            x = fused.down.add(packing.gated(fused, layer.post_attention_layernorm(x)), x)
+        return self.packed.head(self.norm(x))

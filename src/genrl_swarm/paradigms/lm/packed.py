@@ -90,6 +90,11 @@ class PackedLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
+    def add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """residual + this map of ``x`` (2-D, same shape as the output), the sum taken inside
+        oneDNN's kernel on its fp32 accumulator (one pass over the output instead of two)."""
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.weight, self.bias, "add")
+
 
 def _bias(module: Any) -> torch.Tensor:
     bias = module.bias
@@ -174,7 +179,7 @@ class PackCache:
         return self._packed
 
 
-def mlp(layer: PackedLayer, h: torch.Tensor) -> torch.Tensor:
-    """down(silu(gate(h)) * up(h)) with gate and up as one matmul."""
+def gated(layer: PackedLayer, h: torch.Tensor) -> torch.Tensor:
+    """silu(gate(h)) * up(h), the input of the MLP's down map, with gate and up as one matmul."""
     gate, up = layer.gate_up(h).split(layer.inner, dim=-1)
-    return layer.down(F.silu(gate) * up)
+    return F.silu(gate).mul_(up)
