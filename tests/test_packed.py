@@ -210,14 +210,18 @@ def test_another_model_is_packed_even_where_its_weight_key_repeats(policy: LMPol
     assert cache.packs == 2 * int(PACKS[dtype(policy)]) and (first is None or second is not first)
 
 
-def test_a_buffer_allocated_over_nan_memory_decodes_as_a_zeroed_one(policy: LMPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only the columns after the prompt are zeroed: the prefill must write every prompt column
-    (padding included), or a NaN left in memory reaches the logits through a masked score."""
+@pytest.mark.parametrize("shared", [0, SHARED_PREFIX_MIN + 4])
+def test_a_buffer_allocated_over_nan_memory_decodes_as_a_zeroed_one(policy: LMPolicy, monkeypatch: pytest.MonkeyPatch, shared: int) -> None:
+    """The buffer is never zeroed: the prefill must write every prompt column (padding included),
+    and after a shared prefix zero the columns no prompt reaches (here a padding column every
+    prompt has), or a NaN left in memory reaches the logits through a masked score."""
     import genrl_swarm.paradigms.lm.decoder as decoding
 
     model = policy.sampling_model()
     assert model.dtype == dtype(policy)
-    ids, mask = prompts(policy.tokenizer.pad_token_id)
+    ids, mask = prompts(policy.tokenizer.pad_token_id, shared)
+    ids, mask = torch.cat([torch.full_like(ids[:, :1], policy.tokenizer.pad_token_id), ids], 1), torch.cat([torch.zeros_like(mask[:, :1]), mask], 1)
+    assert (decoding.shared_prefix(ids, mask) >= SHARED_PREFIX_MIN) == bool(shared)
     out = []
     for poison in (False, True):
         with monkeypatch.context() as patch:

@@ -16,7 +16,8 @@ output is the modules' up to rounding: in bf16, on the AMX Xeon it was measured 
 for bit up to 64 rows (from 128 rows the plain call may pick another oneDNN kernel and round
 differently: a few bf16 steps in a logit); in fp32, sums taken in another order (a few fp32
 steps; ``tests/test_packed.py``). The behaviour log-probs are always those of the logits
-actually sampled from. The prefill (many rows: the plain calls are fast there) runs the modules.
+actually sampled from. The prefill runs on the packed weights too: in fp32 on the AMD EPYC their
+matmuls were 1.47x faster than MKL's at 33 rows (a shared prefix) and 1.13x at 96.
 
 Modules that are not plain ``nn.Linear`` (a LoRA layer) are never packed: ``for_decoder``
 returns None and the decoder calls the modules.
