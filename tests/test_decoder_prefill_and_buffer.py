@@ -26,6 +26,23 @@ from helpers.prompts import left_padded
 SYSTEM = list(range(40, 60))  # 20 tokens every prompt starts with
 
 
+@pytest.mark.parametrize(
+    ("rope", "supported"), [(None, True), ({"rope_type": "linear", "factor": 2.0}, True), ({"rope_type": "dynamic", "factor": 2.0}, False)]
+)
+def test_dynamic_ntk_rope_samples_through_the_models_forward(rope: dict[str, object] | None, supported: bool) -> None:
+    """HF's dynamic-NTK rotary embedding keeps state between calls (its frequencies grow once a
+    call reaches past the original maximum and reset below it), so a prefill split at a shared
+    prefix turned the rest of the prompt differently from one pass (0.064 at logit scale 2.1 in
+    review); such models are not ``supports``ed and sample through their own forward."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=32, rope_scaling=rope,
+    )  # fmt: skip
+    assert decoding.supports(LlamaForCausalLM(config)) == supported
+
+
 def test_shared_prefix_counts_the_common_first_tokens_and_leaves_each_prompt_one() -> None:
     assert shared_prefix(*left_padded([[*SYSTEM, 5, 6], [*SYSTEM, 7], [*SYSTEM, 5, 9, 9, 9]])) == 20
     assert shared_prefix(*left_padded([[*SYSTEM, 5, 6], [*SYSTEM, 5, 6, 7]])) == 21  # the shorter keeps its last

@@ -1,5 +1,5 @@
 """Decode steps on fused, oneDNN-packed weights (lm.packed) compute what the model's modules
-compute, up to rounding (bf16: on the AMX Xeon this was measured on, bit for bit up to 64 rows;
+compute, up to rounding (bf16: one rounding fewer where a residual is added inside oneDNN, and
 at 128 rows and more the plain call may pick another kernel; fp32: sums in another order): with
 biases (Qwen2), at a real model's widths, never for a module that is not a plain Linear (LoRA),
 never with stale weights, and never bound into a compiled step. The sampler's behaviour
@@ -211,10 +211,11 @@ def test_another_model_is_packed_even_where_its_weight_key_repeats(policy: LMPol
 
 
 @pytest.mark.parametrize("shared", [0, SHARED_PREFIX_MIN + 4])
-def test_a_buffer_allocated_over_nan_memory_decodes_as_a_zeroed_one(policy: LMPolicy, monkeypatch: pytest.MonkeyPatch, shared: int) -> None:
+def test_nan_left_in_a_new_kv_buffer_never_reaches_the_logits(policy: LMPolicy, monkeypatch: pytest.MonkeyPatch, shared: int) -> None:
     """The buffer is never zeroed: the prefill must write every prompt column (padding included),
     and after a shared prefix zero the columns no prompt reaches (here a padding column every
-    prompt has), or a NaN left in memory reaches the logits through a masked score."""
+    prompt has), or a NaN left in memory reaches the logits through a masked score. Sampling over
+    NaN-filled memory must equal sampling over whatever memory held."""
     import genrl_swarm.paradigms.lm.decoder as decoding
 
     model = policy.sampling_model()

@@ -44,6 +44,9 @@ def supports(model: Any) -> bool:
         return False
     if getattr(config, "use_sliding_window", False):
         return False
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if rope.get("rope_type") == "dynamic":
+        return False  # HF's dynamic-NTK rotary keeps state across calls: a split prefill turns it differently
     return getattr(config, "hidden_act", "silu") == "silu"
 
 
@@ -105,7 +108,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 @dataclass(frozen=True)
 class RopeTables:
-    """One decode step's RoPE for the query heads followed by the key heads, [R, heads, D] each.
+    """One decode step's RoPE tables, [R, heads + kv_heads, D]: the query heads, then the key heads.
 
     ``rotate`` is x*cos + cat(-x2, x1)*sin; here x*cos + cat(x2, x1)*sin' with sin' = cat(-sin1,
     sin2), the same products (a sign moved between factors is exact), in four kernels for q and
@@ -176,9 +179,10 @@ class Decoder:
         v = v.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if isinstance(write, int):  # a decode step: one new column, attend over the columns up to it
-            keys, values = kv[0], kv[1]
+            keys, values = kv[0, :, :, : write + 1], kv[1, :, :, : write + 1]
             keys[:, :, write], values[:, :, write] = k[:, :, 0], v[:, :, 0]
-            out = self._decode_attention(q, keys[:, :, : write + 1], values[:, :, : write + 1], mask, attn.scaling)
+            grouped = (q * attn.scaling).reshape(b, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+            out = self._decode_attention(grouped, keys, values, mask).reshape(b, self.heads, 1, self.head_dim)
         else:  # prefill: fan the block's keys out to the group's rows, attend over the columns before it too
             grouped = kv.view(2, b, group, *kv.shape[2:])
             grouped[0, :, :, :, write], grouped[1, :, :, :, write] = k[:, None], v[:, None]
@@ -190,19 +194,18 @@ class Decoder:
         h = layer.post_attention_layernorm(x)
         return x + (fused.down(packing.gated(fused, h)) if fused else layer.mlp(h))
 
-    def _decode_attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
-        """Attention of one query per row over the buffer, as two batched matmuls.
+    @staticmethod
+    def _decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """One query per row over the ``C`` columns written so far, as two batched matmuls: q
+        [R, kvh, group, D] (already scaled; the query heads sharing a kv head stacked as rows of
+        one matmul, so no key is repeated), keys/values [R, kvh, C, D], ``bias`` [R, 1, 1, C] 0
+        where a key is visible and -inf elsewhere. Returns [R, kvh, group, D].
 
         Why not ``scaled_dot_product_attention``: on CPU with a mask and a single query it runs a
         flash kernel that costs ~25 ms per layer at 64 rows in bf16 (more than the layer's matmuls).
-        The query heads sharing a kv head are stacked as rows of one matmul (no repeated keys);
-        ``bias`` [R, 1, 1, W] is 0 where a key is visible and -inf elsewhere; the softmax runs in
-        fp32 as in HF's eager attention."""
-        r, _, _, d = q.shape
-        grouped = q.reshape(r, self.kv_heads, self.heads // self.kv_heads, d)
-        scores = torch.matmul(grouped, keys.transpose(-1, -2)).float() * scale + bias
-        out = torch.matmul(torch.softmax(scores, dim=-1).to(values.dtype), values)
-        return out.reshape(r, self.heads, 1, d)
+        The softmax runs in fp32 as in HF's eager attention."""
+        scores = torch.matmul(q, keys.transpose(-1, -2))
+        return torch.matmul(torch.softmax(scores.float().add_(bias), dim=-1).to(values.dtype), values)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return (self.packed.head if self.packed is not None else self.head)(self.norm(x))
@@ -288,8 +291,7 @@ class Decoder:
             qk = rope.turn(qkv[:, : (h + kvh) * d].view(r, h + kvh, d))  # q (scaled) and k heads, contiguous
             keys, values = buffer.data[i, 0, :, :, : column + 1], buffer.data[i, 1, :, :, : column + 1]
             keys[:, :, column], values[:, :, column] = qk[:, h:], qkv[:, (h + kvh) * d :].view(r, kvh, d)
-            scores = torch.matmul(qk[:, :h].view(r, kvh, h // kvh, d), keys.transpose(-1, -2))
-            probs = torch.softmax(scores.float().add_(mask), dim=-1).to(values.dtype)  # fp32 softmax, as HF's eager
-            x = fused.o.add(torch.matmul(probs, values).view(r, h * d), x)
+            out = self._decode_attention(qk[:, :h].view(r, kvh, h // kvh, d), keys, values, mask)
+            x = fused.o.add(out.view(r, h * d), x)
             x = fused.down.add(packing.gated(fused, layer.post_attention_layernorm(x)), x)
         return self.packed.head(self.norm(x))

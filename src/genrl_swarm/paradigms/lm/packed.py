@@ -11,11 +11,14 @@ included, is 1.23x faster). In fp32 on an AMD EPYC (Zen 3, 2 cores, 2026-11-27) 
 On the AMX Xeon fp32 packing measured even with MKL (140-157 GFLOP/s either way), so it is on
 for fp32 too.
 
-Exactness: both calls accumulate in the dtype's accumulator (fp32) and round once, so a step's
-output is the modules' up to rounding: in bf16, on the AMX Xeon it was measured on, the same bit
-for bit up to 64 rows (from 128 rows the plain call may pick another oneDNN kernel and round
+Exactness: a packed matmul accumulates in fp32 and rounds once, as the module's call does, so
+its output is the module's up to rounding: in bf16, on the AMX Xeon it was measured on, the same
+bit for bit up to 64 rows (from 128 rows the plain call may pick another oneDNN kernel and round
 differently: a few bf16 steps in a logit); in fp32, sums taken in another order (a few fp32
-steps; ``tests/test_packed.py``). The behaviour log-probs are always those of the logits
+steps; ``tests/test_packed.py``). The decode step adds its residuals to the accumulator
+(``PackedLinear.add``) where the modules round the matmul's output first: the same in fp32, in
+bf16 one rounding fewer (in a simulation a quarter of the hidden values moved by one bf16 step;
+not measured on bf16 hardware). The behaviour log-probs are always those of the logits
 actually sampled from. The prefill runs on the packed weights too: in fp32 on the AMD EPYC their
 matmuls were 1.47x faster than MKL's at 33 rows (a shared prefix) and 1.13x at 96.
 

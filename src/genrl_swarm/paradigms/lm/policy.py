@@ -55,7 +55,7 @@ class SamplingConfig:
     #: 2026-11-22: ~9 min of compiling under load, recompiles per column, then 3x slower than eager).
     compile: bool = False
     #: static kv on a CPU (fp32, or bf16 where oneDNN has bf16 kernels; models at least
-    #: lm.packed.MIN_WIDTH wide): the decode steps' weights fused (q/k/v, gate/up) and packed for
+    #: lm.packed.MIN_WIDTH wide): the prefill's and decode steps' weights fused (q/k/v, gate/up) and packed for
     #: oneDNN once per set of weights (a bf16 step 1.23x faster on an AMX Xeon, SmolLM2's fp32
     #: sampling 1.13-1.27x on an AMD EPYC). False calls the model's modules. Ignored with
     #: ``compile`` (a compiled step is bound to the decoder it was traced from, whose packing
