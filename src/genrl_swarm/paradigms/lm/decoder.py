@@ -12,7 +12,8 @@ than late ones.
 It reuses the model's own modules (norms, projections, MLP, rotary embedding, head), so LoRA
 layers, biases (Qwen2) and RoPE scaling variants behave exactly as in the model; only the
 attention plumbing is ours. Architectures whose layers do more than this (q/k norms, sliding
-windows, soft-capping) are refused by ``supports`` and sample through the model's forward.
+windows, soft-capping), and dynamic-NTK RoPE (its rotary keeps state between calls), are refused
+by ``supports`` and sample through the model's forward.
 """
 
 from __future__ import annotations
