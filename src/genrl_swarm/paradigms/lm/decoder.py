@@ -295,4 +295,4 @@ class Decoder:
             out = self._decode_attention(qk[:, :h].view(r, kvh, h // kvh, d), keys, values, mask)
             x = fused.o.add(out.view(r, h * d), x)
             x = fused.down.add(packing.gated(fused, layer.post_attention_layernorm(x)), x)
-        return self.packed.head(self.norm(x))
+        return self._logits(x)
