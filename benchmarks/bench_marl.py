@@ -7,6 +7,12 @@
    return (32 sampled episodes, as Mava evaluates) against environment steps, up to 1M steps.
 3. The swarm: 2 peers playing the ``marl`` game, sharing replay-verified trajectories, sharing
    parameters, or isolated, at equal environment steps per peer.
+5. Side by side with Mava (``--parts mava``): Mava 57c8e64's ff_ippo/ff_mappo in its own
+   environment (``benchmarks/mava/README.md``; ``benchmarks/mava/run_mava.sh``) and ours,
+   alternating run by run at equal settings (32 environments, rollout 128, 4 epochs, 2
+   minibatches): steady environment steps/s, each Mava run the median of its evaluation
+   intervals after the first (2 updates each), each of ours the median of ``--calls`` timed
+   calls of 2 updates.
 4. Start-up (``--parts startup``): ``genrl-swarm run --recipe marl`` to the end of its first
    round (imports, setup, compiles, one collect + replay + update), in a fresh process with an
    empty JAX compilation cache, then again with the cache the first filled; pairs back to back,
@@ -17,6 +23,7 @@ The other parts measure compilation, so they run with the persistent cache off.
     python benchmarks/bench_marl.py                      # everything (~20 min on 2 CPU cores)
     python benchmarks/bench_marl.py --parts speed --updates 5 --envs 16
     python benchmarks/bench_marl.py --parts startup --pairs 3
+    python benchmarks/bench_marl.py --parts mava --repeats 2     # needs Mava's environment
 """
 
 from __future__ import annotations
@@ -25,12 +32,15 @@ import argparse
 import io
 import json
 import os
+import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -50,8 +60,9 @@ RWARE = EnvConfig(env_name="RobotWarehouse-v0", time_limit=500, scenario=Scenari
 MAVA = {("ippo", "LBF"): "10-12k", ("ippo", "RWARE"): "6.5-8.4k", ("mappo", "LBF"): "~12k", ("mappo", "RWARE"): "n/a"}
 
 
-def speed(system: str, env: EnvConfig, num_envs: int, updates: int) -> dict[str, float]:
-    """Compile seconds and steady-state environment steps/s of ``updates`` updates in one call."""
+def speed(system: str, env: EnvConfig, num_envs: int, updates: int, calls: int = 1) -> dict[str, float]:
+    """Compile seconds and steady-state environment steps/s of ``updates`` updates in one call
+    (the median of ``calls`` calls)."""
     team = Team(env, SystemConfig(name=system, num_envs=num_envs))  # a fresh Team: nothing cached
     start = time.perf_counter()
     runner = team.start(jax.random.PRNGKey(0))
@@ -59,11 +70,63 @@ def speed(system: str, env: EnvConfig, num_envs: int, updates: int) -> dict[str,
     compile_s = time.perf_counter() - start
     runner, metrics = compiled(runner)  # first run: warms caches and allocations
     jax.block_until_ready(metrics)
-    start = time.perf_counter()
-    runner, metrics = compiled(runner)
-    jax.block_until_ready(metrics)
-    elapsed = time.perf_counter() - start
-    return {"compile_s": compile_s, "steps_per_s": updates * num_envs * team.system.rollout_length / elapsed}
+    rates = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        runner, metrics = compiled(runner)
+        jax.block_until_ready(metrics)
+        rates.append(updates * num_envs * team.system.rollout_length / (time.perf_counter() - start))
+    return {"compile_s": compile_s, "steps_per_s": statistics.median(rates)}
+
+
+MAVA_SCRIPT = Path(__file__).parent / "mava" / "run_mava.sh"
+#: (system, scenario name, ours, run_mava.sh's scenario) compared side by side.
+SIDE_BY_SIDE = (("ippo", "LBF", LBF, "lbf"), ("mappo", "LBF", LBF, "lbf"), ("ippo", "RWARE", RWARE, "rware"))
+
+
+def mava(system: str, scenario: str, total_steps: int) -> float:
+    """Mava's steady steps/s (``run_mava.sh``: 32 environments, one update per 4,096 steps, an
+    evaluation every 2 updates; the median over the intervals after the first)."""
+    env = {**os.environ, "TOTAL": str(total_steps), "NUM_EVAL": str(total_steps // (INTERVAL_UPDATES * 4096))}
+    done = subprocess.run(["bash", str(MAVA_SCRIPT), scenario, f"ff_{system}"], env=env, capture_output=True, text=True, timeout=3600)
+    found = re.search(r"steady_steps_per_s_median=(\d+)", done.stdout)
+    if done.returncode or not found:
+        raise SystemExit(f"Mava's run failed ({MAVA_SCRIPT} {scenario} ff_{system}): {(done.stderr or done.stdout)[-2000:]}")
+    return float(found[1])
+
+
+#: Updates in one of Mava's evaluation intervals here (8,192 steps of 32 environments x 128): the
+#: work each side times per call, so per-call overheads weigh the same on both.
+INTERVAL_UPDATES = 2
+
+
+def side_by_side(repeats: int, calls: int, mava_steps: int) -> list[list[Any]]:
+    """Ours and Mava's, alternating run by run, ``repeats`` times: one row per (system, scenario)
+    with each side's median [range] and the ratio of the medians."""
+    ours: dict[tuple[str, str], list[float]] = {}
+    theirs: dict[tuple[str, str], list[float]] = {}
+    for r in range(repeats):
+        for system, name, env, scenario in SIDE_BY_SIDE:
+            ours.setdefault((system, name), []).append(speed(system, env, 32, INTERVAL_UPDATES, calls)["steps_per_s"])
+            theirs.setdefault((system, name), []).append(mava(system, scenario, mava_steps))
+            print(
+                f"   repeat {r} {system} {name}: ours {ours[system, name][-1]:,.0f}, Mava {theirs[system, name][-1]:,.0f} steps/s, load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+
+    def cell(xs: list[float]) -> str:
+        return f"{statistics.median(xs):,.0f} [{min(xs):,.0f}-{max(xs):,.0f}]"
+
+    return [
+        [
+            system.upper(),
+            name,
+            cell(ours[system, name]),
+            cell(theirs[system, name]),
+            f"{statistics.median(ours[system, name]) / statistics.median(theirs[system, name]):.2f}x",
+        ]
+        for system, name, _, _ in SIDE_BY_SIDE
+    ]
 
 
 def learning(total_steps: int, evals: int, episodes: int) -> list[tuple[int, float, float]]:
@@ -138,6 +201,9 @@ def main() -> None:
     parser.add_argument("--swarm-envs", type=int, default=64)
     parser.add_argument("--pairs", type=int, default=3, help="start-up: pairs of (empty cache, warm cache) runs")
     parser.add_argument("--startup-recipe", default="marl")
+    parser.add_argument("--repeats", type=int, default=2, help="mava: alternating runs of each side")
+    parser.add_argument("--calls", type=int, default=40, help="mava: timed calls (2 updates each) per run of ours")
+    parser.add_argument("--mava-steps", type=int, default=327_680, help="mava: environment steps per Mava run")
     parser.add_argument("--out", type=Path, default=Path("runs/bench_marl"))
     a = parser.parse_args()
     os.environ.setdefault("GENRL_SWARM_JAX_CACHE", "off")  # speed, learning, swarm: compile times as a fresh process pays them
@@ -166,6 +232,10 @@ def main() -> None:
         steps = [s for s, _ in curves["none"]]
         rows = [[s, *(round(curves[k][i][1], 3) for k in ("trajectories", "parameters", "none"))] for i, s in enumerate(steps)]
         print(table(["env steps per peer", "shared trajectories", "shared parameters", "isolated"], rows))
+    if "mava" in parts:
+        rows = side_by_side(a.repeats, a.calls, a.mava_steps)
+        results["mava"] = rows
+        print(table(["system", "scenario", "ours steps/s", "Mava steps/s", "ours / Mava"], rows))
     if "startup" in parts:
         rows = startup(a.startup_recipe, [], a.pairs)
         results["startup"] = rows
