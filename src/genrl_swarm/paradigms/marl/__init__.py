@@ -6,3 +6,7 @@ one PPO update a round, evaluation), ``config`` (typed env/system records), ``en
 bodies and their verification), ``sharing`` (parameter bodies), ``logs`` (marl-eval JSON),
 ``report`` (table and curve). JAX and Jumanji are imported here and in ``games.marl`` only.
 """
+
+from genrl_swarm.paradigms.marl import devices
+
+devices.request()  # before anything starts JAX's CPU backend (Jumanji does, at import)

@@ -94,6 +94,9 @@ class SystemConfig:
     critic_lr: float = 2.5e-4
     layers: tuple[int, ...] = (128, 128)
     is_cap: float = 2.0  # truncation of the importance weight of data another policy collected
+    #: CPU devices to split the environments and every minibatch over (``marl.devices``): 0 is
+    #: one per core; 1 runs unsplit, the minibatch draw then the same on every machine.
+    devices: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -108,6 +111,7 @@ class SystemConfig:
             ("clip_eps", self.clip_eps > 0, "> 0"),
             ("layers", len(self.layers) >= 1 and min(self.layers) >= 1, "a non-empty list of sizes >= 1"),
             ("is_cap", self.is_cap >= 1.0, ">= 1"),
+            ("devices", self.devices >= 0, ">= 0 (0: one per core)"),
         ):  # fmt: skip
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")

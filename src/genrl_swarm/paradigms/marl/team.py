@@ -6,6 +6,10 @@ what peers replay), ``update`` (GAE, then epochs of minibatch PPO steps on a bat
 and off-policy weights so a peer's trajectories can join this peer's), and ``learn`` (Mava's
 loop: rollout from persistent environments then update, ``lax.scan``-ned over many updates, for
 the benchmark). Rollouts are ``vmap`` over environments and ``lax.scan`` over steps.
+
+``update`` and ``learn`` split the environments, and every minibatch, over the host's CPU
+devices (``marl.devices``: one core each) when they divide evenly; each share runs the same
+code with ``axis`` naming the device axis, and the losses' weighted means sum over the shares.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import PartitionSpec
 
-from genrl_swarm.paradigms.marl import cache, networks, ppo
+from genrl_swarm.paradigms.marl import cache, devices, networks, ppo
 from genrl_swarm.paradigms.marl.config import EnvConfig, SystemConfig
 from genrl_swarm.paradigms.marl.envs import EnvState, MultiAgentEnv, Step
 
@@ -130,7 +135,9 @@ class Team:
         self.critic_tx = optax.chain(optax.clip_by_global_norm(system.max_grad_norm), optax.adam(system.critic_lr, eps=1e-5))
         self.init = jax.jit(self._init)
         self.collect = jax.jit(self._collect, static_argnames=("steps", "greedy"))
-        self.update = jax.jit(self._update)
+        #: CPU devices ``update`` and ``learn`` split the environments over (1: unsplit).
+        self.devices = devices.split(system.devices, system.num_envs, system.rollout_length, system.num_minibatches)
+        self._update_jit = jax.jit(self._update)
         self.learn = jax.jit(self._learn, static_argnames=("num_updates",))
         self.start = jax.jit(self._start)
         #: Shapes and dtypes of the parameters (what a peer's parameters must match).
@@ -176,14 +183,41 @@ class Team:
         return Rollout(transitions, last.obs)
 
     # ------------------------------------------------------------------ learning
+    def update(self, state: TrainState, batch: Batch, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+        """The compiled ``_update``, its results on the default device as any other program's:
+        left replicated over the mesh, the parameters would make every later program (collect,
+        evaluate, replay) compile again for, and run on, every device."""
+        out = self._update_jit(state, batch, key)
+        return out if self.devices == 1 else devices.gathered(out)
+
     def _update(self, state: TrainState, batch: Batch, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+        """``_update_share`` on every device's share of the environments (or unsplit, when the
+        batch's environments or its minibatches do not divide over the devices)."""
+        steps, envs = np.shape(batch.done)
+        if self.devices == 1 or envs % self.devices or (envs // self.devices * steps) % self.system.num_minibatches:
+            return self._update_share(state, batch, key, None)
+        across = PartitionSpec(devices.AXIS)
+        specs = Batch(*[across if f in ("last_obs", "env_weight") else PartitionSpec(None, devices.AXIS) for f in Batch._fields])  # type: ignore[arg-type]  # a Batch of specs
+        split = jax.shard_map(
+            partial(self._update_share, axis=devices.AXIS),
+            mesh=devices.mesh(self.devices),
+            in_specs=(PartitionSpec(), specs, PartitionSpec()),
+            out_specs=(PartitionSpec(), PartitionSpec()),
+        )
+        return split(state, batch, key)
+
+    def _update_share(self, state: TrainState, batch: Batch, key: jax.Array, axis: str | None) -> tuple[TrainState, dict[str, jax.Array]]:
         """GAE with this team's critic, then ``epochs`` passes of ``num_minibatches`` PPO steps.
 
         The ratio is taken against this team's policy at the start of the update (proximal);
         data collected by another policy (``behaviour_log_prob``) is weighted by
         min(pi_prox / pi_behaviour, is_cap), which is 1 for this team's own fresh rollout.
+        Under a device ``axis`` each device shuffles its own rows and gives every minibatch its
+        share of them.
         """
         cfg, params = self.system, state.params
+        if axis is not None:
+            key = jax.random.fold_in(key, jax.lax.axis_index(axis))
         obs, mask, action, behaviour, reward, done, last_obs, env_weight = (jnp.asarray(x) for x in batch)
         values, last_value = self.values(params.critic, obs), self.values(params.critic, last_obs)
         dones = jnp.broadcast_to(done[..., None], reward.shape)
@@ -197,17 +231,17 @@ class Team:
 
         def minibatch_step(state: TrainState, mb: tuple[jax.Array, ...]) -> tuple[TrainState, dict[str, jax.Array]]:
             obs, mask, action, prox, adv, old_value, target, weight, valid = mb
-            adv = ppo.normalise(adv, valid)
+            adv = ppo.normalise(adv, valid, axis)
 
             def actor_loss(p: Any) -> tuple[jax.Array, tuple[ppo.PolicyLoss, jax.Array]]:
                 log_probs = self.log_probs(p, obs, mask)
                 log_prob = jnp.take_along_axis(log_probs, action[..., None], -1)[..., 0]
-                pl = ppo.policy_loss(log_prob, prox, adv, cfg.clip_eps, weight)
-                ent = ppo.weighted_mean(networks.entropy(log_probs, mask), valid)
+                pl = ppo.policy_loss(log_prob, prox, adv, cfg.clip_eps, weight, axis)
+                ent = ppo.weighted_mean(networks.entropy(log_probs, mask), valid, axis)
                 return pl.loss - cfg.ent_coef * ent, (pl, ent)
 
             def critic_loss(p: Any) -> jax.Array:
-                return cfg.vf_coef * ppo.value_loss(self.values(p, obs), old_value, target, cfg.clip_eps, valid)
+                return cfg.vf_coef * ppo.value_loss(self.values(p, obs), old_value, target, cfg.clip_eps, valid, axis)
 
             (a_loss, (pl, ent)), a_grad = jax.value_and_grad(actor_loss, has_aux=True)(state.params.actor)
             c_loss, c_grad = jax.value_and_grad(critic_loss)(state.params.critic)
@@ -224,7 +258,7 @@ class Team:
 
         state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, cfg.epochs))
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics["is_weight"] = ppo.weighted_mean(weight, valid)
+        metrics["is_weight"] = ppo.weighted_mean(weight, valid, axis)
         return state, metrics
 
     # ------------------------------------------------------------------ Mava's loop (benchmark)
@@ -238,11 +272,32 @@ class Team:
 
         def one(runner: Runner, _: None) -> tuple[Runner, dict[str, jax.Array]]:
             key, act_key, update_key = jax.random.split(runner.key, 3)
-            env, last, steps = self._run(runner.train.params.actor, runner.env, runner.last, act_key, self.system.rollout_length, False)
+            env, last, steps = self._steps(runner.train.params.actor, runner.env, runner.last, act_key)
             train, metrics = self._update(runner.train, batch_of(Rollout(steps, last.obs)), update_key)
             return Runner(train, env, last, key), metrics | episode_stats(steps)
 
         return jax.lax.scan(one, runner, None, length=num_updates)
+
+    def _steps(self, actor_params: Any, env: EnvState, last: Step, key: jax.Array) -> tuple[EnvState, Step, Transition]:
+        """``_run`` for ``rollout_length`` steps, each device stepping its share of the
+        environments with its own key. Not for ``collect``: a peer's replay of a rollout must
+        draw the same actions whatever its device count."""
+        if self.devices == 1:
+            return self._run(actor_params, env, last, key, self.system.rollout_length, False)
+
+        def share(actor_params: Any, env: EnvState, last: Step, key: jax.Array) -> tuple[EnvState, Step, Transition]:
+            key = jax.random.fold_in(key, jax.lax.axis_index(devices.AXIS))
+            return self._run(actor_params, env, last, key, self.system.rollout_length, False)
+
+        whole, across = PartitionSpec(), PartitionSpec(devices.AXIS)
+        split = jax.shard_map(
+            share,
+            mesh=devices.mesh(self.devices),
+            in_specs=(whole, across, across, whole),
+            out_specs=(across, across, PartitionSpec(None, devices.AXIS)),
+            check_vma=False,  # Jumanji's inner scans start from constants; nothing here is differentiated
+        )
+        return split(actor_params, env, last, key)
 
     def evaluate(self, actor_params: Any, key: jax.Array, episodes: int, greedy: bool = False) -> jax.Array:
         """Team return of the first episode of ``episodes`` fresh environments. Sampled by
