@@ -7,23 +7,24 @@
    return (32 sampled episodes, as Mava evaluates) against environment steps, up to 1M steps.
 3. The swarm: 2 peers playing the ``marl`` game, sharing replay-verified trajectories, sharing
    parameters, or isolated, at equal environment steps per peer.
+4. Start-up (``--parts startup``): ``genrl-swarm run --recipe marl`` to the end of its first
+   round (imports, setup, compiles, one collect + replay + update), in a fresh process with an
+   empty JAX compilation cache, then again with the cache the first filled; pairs back to back,
+   wall and CPU seconds, and the cache's hits and writes.
 5. Side by side with Mava (``--parts mava``): Mava 57c8e64's ff_ippo/ff_mappo in its own
    environment (``benchmarks/mava/README.md``; ``benchmarks/mava/run_mava.sh``) and ours,
    alternating run by run at equal settings (32 environments, rollout 128, 4 epochs, 2
    minibatches): steady environment steps/s, each Mava run the median of its evaluation
    intervals after the first (2 updates each), each of ours the median of ``--calls`` timed
-   calls of 2 updates.
-4. Start-up (``--parts startup``): ``genrl-swarm run --recipe marl`` to the end of its first
-   round (imports, setup, compiles, one collect + replay + update), in a fresh process with an
-   empty JAX compilation cache, then again with the cache the first filled; pairs back to back,
-   wall and CPU seconds, and the cache's hits and writes.
+   calls of 2 updates. Mava at its fastest here: jax 0.6.2 (``MAVA_VENV``; the newest its
+   dependencies import with) and 2 CPU devices (``--mava-devices``).
 
 The other parts measure compilation, so they run with the persistent cache off.
 
     python benchmarks/bench_marl.py                      # everything (~20 min on 2 CPU cores)
     python benchmarks/bench_marl.py --parts speed --updates 5 --envs 16
     python benchmarks/bench_marl.py --parts startup --pairs 3
-    python benchmarks/bench_marl.py --parts mava --repeats 2     # needs Mava's environment
+    MAVA_VENV=/work/mava-env-newjax python benchmarks/bench_marl.py --parts mava --repeats 2
 """
 
 from __future__ import annotations
@@ -84,10 +85,14 @@ MAVA_SCRIPT = Path(__file__).parent / "mava" / "run_mava.sh"
 SIDE_BY_SIDE = (("ippo", "LBF", LBF, "lbf"), ("mappo", "LBF", LBF, "lbf"), ("ippo", "RWARE", RWARE, "rware"))
 
 
-def mava(system: str, scenario: str, total_steps: int) -> float:
+def mava(system: str, scenario: str, total_steps: int, devices: int) -> float:
     """Mava's steady steps/s (``run_mava.sh``: 32 environments, one update per 4,096 steps, an
-    evaluation every 2 updates; the median over the intervals after the first)."""
-    env = {**os.environ, "TOTAL": str(total_steps), "NUM_EVAL": str(total_steps // (INTERVAL_UPDATES * 4096))}
+    evaluation every 2 updates; the median over the intervals after the first). With ``devices``
+    > 1 JAX shows Mava that many CPU devices and each runs 32 / devices environments (Mava's
+    ``num_envs`` is per device): its fastest configuration here."""
+    env = {**os.environ, "TOTAL": str(total_steps), "NUM_EVAL": str(total_steps // (INTERVAL_UPDATES * 4096)), "NUM_ENVS": str(32 // devices)}
+    if devices > 1:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
     done = subprocess.run(["bash", str(MAVA_SCRIPT), scenario, f"ff_{system}"], env=env, capture_output=True, text=True, timeout=3600)
     found = re.search(r"steady_steps_per_s_median=(\d+)", done.stdout)
     if done.returncode or not found:
@@ -100,7 +105,7 @@ def mava(system: str, scenario: str, total_steps: int) -> float:
 INTERVAL_UPDATES = 2
 
 
-def side_by_side(repeats: int, calls: int, mava_steps: int) -> list[list[Any]]:
+def side_by_side(repeats: int, calls: int, mava_steps: int, mava_devices: int) -> list[list[Any]]:
     """Ours and Mava's, alternating run by run, ``repeats`` times: one row per (system, scenario)
     with each side's median [range] and the ratio of the medians."""
     ours: dict[tuple[str, str], list[float]] = {}
@@ -108,7 +113,7 @@ def side_by_side(repeats: int, calls: int, mava_steps: int) -> list[list[Any]]:
     for r in range(repeats):
         for system, name, env, scenario in SIDE_BY_SIDE:
             ours.setdefault((system, name), []).append(speed(system, env, 32, INTERVAL_UPDATES, calls)["steps_per_s"])
-            theirs.setdefault((system, name), []).append(mava(system, scenario, mava_steps))
+            theirs.setdefault((system, name), []).append(mava(system, scenario, mava_steps, mava_devices))
             print(
                 f"   repeat {r} {system} {name}: ours {ours[system, name][-1]:,.0f}, Mava {theirs[system, name][-1]:,.0f} steps/s, load {os.getloadavg()[0]:.2f}",
                 flush=True,
@@ -204,6 +209,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="mava: alternating runs of each side")
     parser.add_argument("--calls", type=int, default=40, help="mava: timed calls (2 updates each) per run of ours")
     parser.add_argument("--mava-steps", type=int, default=327_680, help="mava: environment steps per Mava run")
+    parser.add_argument("--mava-devices", type=int, default=2, help="mava: CPU devices shown to Mava (its fastest here: 2)")
     parser.add_argument("--out", type=Path, default=Path("runs/bench_marl"))
     a = parser.parse_args()
     os.environ.setdefault("GENRL_SWARM_JAX_CACHE", "off")  # speed, learning, swarm: compile times as a fresh process pays them
@@ -233,7 +239,7 @@ def main() -> None:
         rows = [[s, *(round(curves[k][i][1], 3) for k in ("trajectories", "parameters", "none"))] for i, s in enumerate(steps)]
         print(table(["env steps per peer", "shared trajectories", "shared parameters", "isolated"], rows))
     if "mava" in parts:
-        rows = side_by_side(a.repeats, a.calls, a.mava_steps)
+        rows = side_by_side(a.repeats, a.calls, a.mava_steps, a.mava_devices)
         results["mava"] = rows
         print(table(["system", "scenario", "ours steps/s", "Mava steps/s", "ours / Mava"], rows))
     if "startup" in parts:
