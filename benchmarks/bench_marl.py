@@ -91,8 +91,8 @@ def mava(system: str, scenario: str, total_steps: int, devices: int) -> float:
     > 1 JAX shows Mava that many CPU devices and each runs 32 / devices environments (Mava's
     ``num_envs`` is per device): its fastest configuration here."""
     env = {**os.environ, "TOTAL": str(total_steps), "NUM_EVAL": str(total_steps // (INTERVAL_UPDATES * 4096)), "NUM_ENVS": str(32 // devices)}
-    if devices > 1:
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+    inherited = re.sub(r"--xla_force_host_platform_device_count=\S+", "", env.get("XLA_FLAGS", ""))  # ours, set at import
+    env["XLA_FLAGS"] = f"{inherited} --xla_force_host_platform_device_count={devices}".strip()
     done = subprocess.run(["bash", str(MAVA_SCRIPT), scenario, f"ff_{system}"], env=env, capture_output=True, text=True, timeout=3600)
     found = re.search(r"steady_steps_per_s_median=(\d+)", done.stdout)
     if done.returncode or not found:

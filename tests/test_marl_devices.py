@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("jax")
-pytest.importorskip("jumanji")
+jax = pytest.importorskip("jax")  # the child processes need it
+jumanji = pytest.importorskip("jumanji")
 
 pytestmark = pytest.mark.slow  # JAX compiles in a subprocess
 

@@ -185,8 +185,8 @@ class Team:
     # ------------------------------------------------------------------ learning
     def update(self, state: TrainState, batch: Batch, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
         """The compiled ``_update``, its results on the default device as any other program's:
-        left replicated over the mesh, the parameters would make every later program (collect,
-        evaluate, replay) compile again for, and run on, every device."""
+        left replicated over the mesh, the parameters would make every later program they are
+        passed to (collect, evaluate) compile again for, and run on, every device."""
         out = self._update_jit(state, batch, key)
         return out if self.devices == 1 else devices.gathered(out)
 
@@ -280,8 +280,9 @@ class Team:
 
     def _steps(self, actor_params: Any, env: EnvState, last: Step, key: jax.Array) -> tuple[EnvState, Step, Transition]:
         """``_run`` for ``rollout_length`` steps, each device stepping its share of the
-        environments with its own key. Not for ``collect``: a peer's replay of a rollout must
-        draw the same actions whatever its device count."""
+        environments with its own key. Not for ``collect``: what a round plays (and the held-out
+        evaluation every peer runs with one shared key) must be the same on every peer whatever
+        its device count."""
         if self.devices == 1:
             return self._run(actor_params, env, last, key, self.system.rollout_length, False)
 
