@@ -58,7 +58,12 @@ def split(wanted: int, num_envs: int, rows_per_env: int, num_minibatches: int) -
         return 1
     available = len(jax.devices("cpu"))
     limit = min(available, wanted or available)
-    return max(d for d in range(1, limit + 1) if num_envs % d == 0 and (num_envs // d * rows_per_env) % num_minibatches == 0)
+    return max(d for d in range(1, limit + 1) if divides(d, num_envs, rows_per_env, num_minibatches))
+
+
+def divides(count: int, num_envs: int, rows_per_env: int, num_minibatches: int) -> bool:
+    """Whether ``count`` devices each get a whole share of the environments and of every minibatch."""
+    return num_envs % count == 0 and (num_envs // count * rows_per_env) % num_minibatches == 0
 
 
 def mesh(count: int) -> Mesh | None:

@@ -194,7 +194,7 @@ class Team:
         """``_update_share`` on every device's share of the environments (or unsplit, when the
         batch's environments or its minibatches do not divide over the devices)."""
         steps, envs = np.shape(batch.done)
-        if self.devices == 1 or envs % self.devices or (envs // self.devices * steps) % self.system.num_minibatches:
+        if self.devices == 1 or not devices.divides(self.devices, envs, steps, self.system.num_minibatches):
             return self._update_share(state, batch, key, None)
         across = PartitionSpec(devices.AXIS)
         specs = Batch(*[across if f in ("last_obs", "env_weight") else PartitionSpec(None, devices.AXIS) for f in Batch._fields])  # type: ignore[arg-type]  # a Batch of specs
