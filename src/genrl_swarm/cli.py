@@ -1,7 +1,8 @@
 """The ``genrl-swarm`` command: run, join a swarm, check or list recipes, deploy the contract.
 
-Recipe errors print as one line (``genrl-swarm: recipe error: ...``, exit 2) before any work
-starts. Heavy imports (torch, the launcher) happen only once a run really starts.
+Every error an operator can act on prints as one line with a documented exit status
+(``genrl-swarm: recipe error: ...``, exit 2; the list: ``run/failures.py``), recipe errors before
+any work starts. Heavy imports (torch, the launcher) happen only once a run really starts.
 """
 
 from __future__ import annotations
@@ -18,15 +19,10 @@ import sys
 from collections.abc import Sequence
 
 from genrl_swarm import __version__
-from genrl_swarm.comm.errors import SwarmFailure
-from genrl_swarm.config import RecipeError, check_components, load_recipe, packaged_recipes, resolve, validate
-from genrl_swarm.coord.errors import CoordinatorError
-from genrl_swarm.core.identity import IdentityError
+from genrl_swarm.config import check_components, load_recipe, packaged_recipes, resolve, validate
+from genrl_swarm.run.failures import Status, command
 from genrl_swarm.run.quiet import quiet_third_party
-from genrl_swarm.run.rundir import RunDirError
-from genrl_swarm.run.stopping import Terminated, exit_status, terminate_like_interrupt
-
-EXIT_RECIPE, EXIT_SWARM, EXIT_CHAIN = 2, 3, 4  # a stop by a signal: 128 + its number (130, 143)
+from genrl_swarm.run.stopping import exit_status
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,7 +102,7 @@ def _chain(args: argparse.Namespace) -> int:
         address = client.deploy(args.num_stages)
     except CoordinatorError as e:
         print(f"genrl-swarm: chain error: {e}", file=sys.stderr)
-        return EXIT_CHAIN
+        return Status.CHAIN
     print(address)
     print(f"deployed SwarmCoordinator at {address} (owner and stage manager: {client.address})", file=sys.stderr)
     return 0
@@ -166,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "envd":
         from genrl_swarm.envd.cli import run as envd
 
-        return envd(args)
+        return command(lambda: envd(args))
     if args.command == "simulate":
         from genrl_swarm.sim.cli import run as simulate
 
@@ -175,55 +171,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         from genrl_swarm.dashboard.serve import run as dashboard  # starlette and uvicorn load only here
 
         return dashboard(args)
-    first = swarm_overrides(args.initial_peers, args.identity) if args.command == "swarm" else []
-    try:
-        cfg = load_recipe(args.recipe, [*first, *args.overrides])
-        spec = resolve(cfg)
-        if args.command == "validate":
-            if args.no_build:
-                validate(spec)
-            else:
-                check_components(spec)
-            print(f"{args.recipe}: ok")
-            return 0
-        validate(spec)  # before the launcher's heavy imports: a typo costs no wait
-        with terminate_like_interrupt():
-            from genrl_swarm.run.launcher import run_recipe  # heavy imports only when running
+    continued = resume_command(sys.argv[1:] if argv is None else argv)
+    return command(lambda: _run(args, continued), after_storage=f"what was saved is intact: after the fix, continue with: {continued}")
 
-            summary = run_recipe(cfg, resume=args.resume, stream=None, overwrite=args.overwrite, keep_results=False)
-    except RecipeError as e:
-        print(f"genrl-swarm: recipe error: {e}", file=sys.stderr)
-        return EXIT_RECIPE
-    except IdentityError as e:
-        print(f"genrl-swarm: identity error: {e}", file=sys.stderr)
-        return EXIT_RECIPE
-    except RunDirError as e:
-        print(f"genrl-swarm: run directory error: {e}", file=sys.stderr)
-        return EXIT_RECIPE
-    except CoordinatorError as e:
-        print(f"genrl-swarm: coordinator error: {e}", file=sys.stderr)
-        return 4
-    except KeyboardInterrupt as e:  # before the peers started (loading, building): nothing to save
-        print("genrl-swarm: interrupted while starting", file=sys.stderr)
-        return exit_status(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
-    except SwarmFailure as e:
-        print(f"genrl-swarm: swarm failure: {e}", file=sys.stderr)
-        # A process group with a hung peer blocks interpreter shutdown (its destructor waits on
-        # the peer), so leave at once: metrics and checkpoints are already closed and on disk.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        logging.shutdown()
-        os._exit(EXIT_SWARM)
+
+def _run(args: argparse.Namespace, continued: str) -> int:
+    """``run``, ``swarm`` and ``validate``: the recipe checked, then (not for validate) the peers
+    run; ``command`` turns what goes wrong into its one line."""
+    first = swarm_overrides(args.initial_peers, args.identity) if args.command == "swarm" else []
+    cfg = load_recipe(args.recipe, [*first, *args.overrides])
+    spec = resolve(cfg)
+    if args.command == "validate":
+        if args.no_build:
+            validate(spec)
+        else:
+            check_components(spec)
+        print(f"{args.recipe}: ok")
+        return 0
+    validate(spec)  # before the launcher's heavy imports: a typo costs no wait
+    from genrl_swarm.run.launcher import run_recipe  # heavy imports only when running
+
+    summary = run_recipe(cfg, resume=args.resume, stream=None, overwrite=args.overwrite, keep_results=False)
     standings = ", ".join(f"{p}={v:.2f}" for p, v in sorted(summary.standings.items()))
     print(f"cumulative reward: {standings or '-'}")
     print(f"logs: {summary.run_dir}/<peer>/metrics.jsonl, TensorBoard: tensorboard --logdir {summary.run_dir}")
     if summary.plot is not None:
         print(f"reward curve: {summary.plot}")
     if summary.interrupted:
-        print(
-            f"stopped: every peer saved its last finished round; continue with: {resume_command(sys.argv[1:] if argv is None else argv)}",
-            file=sys.stderr,
-        )
+        print(f"stopped: every peer saved its last finished round; continue with: {continued}", file=sys.stderr)
         return exit_status(summary.stopped_by or signal.SIGINT)
     return 0
 

@@ -50,6 +50,13 @@ class EnvUnavailable(EnvError):
     kind = "unavailable"
 
 
+class CannotServe(EnvError):
+    """``genrl-swarm envd`` cannot listen where it was told to (a port in use, an address that is
+    not this machine's); the command prints it in one line (exit 3)."""
+
+    kind = "unavailable"
+
+
 ERRORS: dict[str, type[EnvError]] = {c.kind: c for c in (EnvError, InvalidRequest, SessionNotFound, SessionLost, Overloaded, EnvUnavailable)}
 
 

@@ -16,6 +16,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from genrl_swarm.run.storage import explain, writing
+
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
@@ -28,12 +30,19 @@ class Saveable(Protocol):
 
 
 def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """``path`` holds ``text`` whole or keeps what it held: a failed write (a full disk) removes
+    its temporary and leaves ``path`` untouched."""
+    with writing(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def save_checkpoint(root: Path, round: int, parts: Mapping[str, Saveable], info: dict[str, Any], keep: int = 3) -> Path:
@@ -45,12 +54,19 @@ def save_checkpoint(root: Path, round: int, parts: Mapping[str, Saveable], info:
     try:
         for part_name, part in parts.items():
             (tmp / part_name).mkdir()
-            part.save(tmp / part_name)
+            with writing(tmp / part_name):
+                part.save(tmp / part_name)
         write_atomic(tmp / STATE_FILE, json.dumps({"round": round, **info}))
         final = root / name
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+    except Exception as e:
+        cause = explain(tmp, e)  # torch and safetensors report a full disk without its errno
+        shutil.rmtree(tmp, ignore_errors=True)
+        if cause is not None and cause is not e:
+            raise cause from e
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -23,6 +23,7 @@ from genrl_swarm.core.game import GameManager
 from genrl_swarm.core.interfaces import ExchangeResult
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.types import RoundResult, RoundRewards
+from genrl_swarm.run.storage import writing
 
 EVENTS_FILE = "events.jsonl"
 MAX_TEXT = 300
@@ -87,5 +88,5 @@ class EventLog:
 
     def _write(self, **event: Any) -> None:
         line = json.dumps({"t": round(time.time(), 3), **event}, ensure_ascii=False) + "\n"
-        with self._lock, self.path.open("a", encoding="utf-8") as f:
+        with self._lock, writing(self.path), self.path.open("a", encoding="utf-8") as f:
             f.write(line)

@@ -41,8 +41,10 @@ from genrl_swarm.run.console import ConsoleTable
 from genrl_swarm.run.events import EventLog
 from genrl_swarm.run.metrics import MetricsLogger
 from genrl_swarm.run.plot import plot_rewards
+from genrl_swarm.run.preflight import preflight
 from genrl_swarm.run.rundir import Existing, RunDirLock
 from genrl_swarm.run.stopping import StopSignals
+from genrl_swarm.run.storage import is_storage
 from genrl_swarm.run.threads import budget_for, settle
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,10 @@ def build_managers(
     try:
         Path(run.dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        if is_storage(e):  # the disk's to fix, not the recipe's: a storage error (run/failures.py)
+            raise
         raise RecipeError(f"run.dir: cannot create {run.dir}: {e.strerror or e}") from e
+    preflight(spec)  # a model that cannot load fails here, once, before any peer loads one
     try:  # torch threads for each peer hosted here
         budget = budget_for(comm_cls.peers_in_process(swarm.num_peers), run.threads)
     except ValueError as e:

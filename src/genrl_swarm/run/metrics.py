@@ -10,6 +10,7 @@ from typing import Any
 from genrl_swarm.core.game import GameManager
 from genrl_swarm.core.types import RoundResult
 from genrl_swarm.run.checkpoint import write_atomic
+from genrl_swarm.run.storage import writing
 from genrl_swarm.run.tensorboard import ScalarWriter
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class MetricsLogger:
         self._write(metrics_row(manager, result))
 
     def _write(self, record: dict[str, Any]) -> None:
-        with self.path.open("a") as f:
+        with writing(self.path), self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
         if self._writer is not None:
             for key, value in record.items():

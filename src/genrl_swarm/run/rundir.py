@@ -17,6 +17,7 @@ from enum import Enum, auto
 from pathlib import Path
 
 from genrl_swarm.run.checkpoint import remove_stale_temporaries
+from genrl_swarm.run.storage import writing
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,13 @@ class RunDirLock:
         except BaseException:
             self.release()
             raise
-        os.ftruncate(self._fd, 0)
-        os.write(self._fd, f"{os.getpid()}\n".encode())  # who holds it, for a person looking
+        try:
+            with writing(directory / LOCK_FILE):
+                os.ftruncate(self._fd, 0)
+                os.write(self._fd, f"{os.getpid()}\n".encode())  # who holds it, for a person looking
+        except BaseException:
+            self.release()
+            raise
 
     def _settle(self, existing: Existing) -> None:
         if holds_run(self.directory):

@@ -5,6 +5,12 @@ Why a module and not ``genrl-swarm run``: the run's console shows training rewar
 with sampling luck and format bonuses; the question a demo should answer is whether the peers
 got better on problems they never saw, measured from where they started.
 
+It keeps ``genrl-swarm run``'s promises (docs/operations.md): a line says what it is doing from
+the first second (loading a model and the first evaluation take minutes on a CPU); Ctrl-C or
+SIGTERM stops every peer after its round step, each saves a checkpoint, and it exits 130 / 143;
+an error is one line with its documented status. It reports an accuracy after training only for
+an evaluation that every peer finished: a stop before one says that none was measured.
+
     python -m genrl_swarm.games.reasoning_gym.demo [--recipe R] [hydra overrides ...]
 """
 
@@ -12,50 +18,75 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+import time
+from typing import TYPE_CHECKING
 
-from genrl_swarm.config import RecipeError, load_recipe
-from genrl_swarm.games.reasoning_gym.heldout import HeldOutEval
-from genrl_swarm.run.launcher import build_managers, run_managers
-from genrl_swarm.run.plot import plot_rewards
-from genrl_swarm.run.rundir import RunDirError
+if TYPE_CHECKING:  # imported where used: the first line prints before torch and the launcher load
+    from genrl_swarm.games.reasoning_gym.heldout import HeldOutEval
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--recipe", default="reasoning_gym/digits")
     p.add_argument("overrides", nargs="*")
     a = p.parse_args(argv)
-    try:
-        # The held-out hook below evaluates; the game's own evaluation would repeat the work.
-        cfg = load_recipe(a.recipe, [*a.overrides, "game.mode=train"])
-        managers, run = build_managers(cfg, overwrite=True)  # a demo measures from the start, every time
-    except RecipeError as e:
-        print(f"genrl-swarm: recipe error: {e}", file=sys.stderr)
-        return 2
-    except RunDirError as e:
-        print(f"genrl-swarm: run directory error: {e}", file=sys.stderr)
-        return 2
+    print(f"demo: {a.recipe}: loading the recipe and the libraries", flush=True)  # torch's import alone takes seconds
+    from genrl_swarm.run.failures import command  # the run's rules, after the first line
+
+    return command(lambda: _demo(a.recipe, a.overrides), after_storage="what was saved is intact")
+
+
+def _demo(recipe: str, overrides: list[str]) -> int:
+    import functools
+    from pathlib import Path
+
+    from genrl_swarm.config import load_recipe
+    from genrl_swarm.games.reasoning_gym.heldout import HeldOutEval
+    from genrl_swarm.run.launcher import build_managers, run_managers, stop_all
+    from genrl_swarm.run.plot import plot_rewards
+    from genrl_swarm.run.stopping import StopSignals, exit_status
+
+    # The held-out hook below evaluates; the game's own evaluation would repeat the work.
+    cfg = load_recipe(recipe, [*overrides, "game.mode=train"])
+    began = time.monotonic()
+    print(f"demo: building {cfg.swarm.num_peers} peers, each loading {cfg.policy.get('model', 'its model')}", flush=True)
+    managers, run = build_managers(cfg, overwrite=True)  # a demo measures from the start, every time
     game = managers[0].config
     heldout = HeldOutEval(every=game.eval_every, max_rounds=game.max_rounds, peers=len(managers), stream=sys.stdout)
+    n = len(managers[0].data.eval_tasks())
+    print(f"demo: peers ready in {time.monotonic() - began:.0f} s; held-out evaluation before training ({n} problems, greedy)", flush=True)
     start = heldout.before(managers[0])  # every peer starts from the same weights
-    n = start.n
     print(
         f"held-out before training (greedy, {n} problems never served in a round): accuracy {start.accuracy:.3f}, format {start.format:.3f}",
         flush=True,
     )
     for m in managers:
         m.hooks.after_round.append(heldout)
-    run_managers(managers)
+    signals = StopSignals(functools.partial(stop_all, managers))
+    run_managers(managers, signals=signals)
     plot = plot_rewards(Path(run.dir)) if run.plot else None
-    print(f"\nheld-out accuracy (greedy, {n} problems), mean over {len(managers)} peers:")
-    print(f"{'rounds trained':>15}{'accuracy':>10}{'format':>8}")
-    for rounds, acc, fmt in heldout.table():
-        print(f"{rounds:>15}{acc:>10.3f}{fmt:>8.3f}")
-    final = heldout.table()[-1][1]
-    print(f"accuracy {start.accuracy:.3f} -> {final:.3f} ({final - start.accuracy:+.3f}); logs: {run.dir}/<peer>/metrics.jsonl"
-          + (f", reward curve: {plot}" if plot else ""))  # fmt: skip
+    report(heldout, n, len(managers))
+    print(f"logs: {run.dir}/<peer>/metrics.jsonl" + (f", reward curve: {plot}" if plot else ""))
+    if signals.received is not None:
+        print(f"stopped ({signals.received.name}): every peer saved its last finished round in {run.dir}/<peer>/checkpoints", file=sys.stderr)
+        return exit_status(signals.received)
     return 0
+
+
+def report(heldout: HeldOutEval, n: int, peers: int) -> None:
+    """The held-out table and the change it shows, from evaluations every peer finished only."""
+    points = heldout.table()
+    if len(points) < 2:  # the evaluation before training alone: training changed nothing measured
+        print(
+            f"\nheld-out accuracy after training: not measured (stopped before the first evaluation, due after {heldout.every or heldout.max_rounds} rounds)"
+        )
+        return
+    print(f"\nheld-out accuracy (greedy, {n} problems), mean over {peers} peers:")
+    print(f"{'rounds trained':>15}{'accuracy':>10}{'format':>8}")
+    for rounds, acc, fmt in points:
+        print(f"{rounds:>15}{acc:>10.3f}{fmt:>8.3f}")
+    (_, first, _), (rounds, last, _) = points[0], points[-1]
+    print(f"accuracy {first:.3f} -> {last:.3f} ({last - first:+.3f}) after {rounds} rounds")
 
 
 if __name__ == "__main__":

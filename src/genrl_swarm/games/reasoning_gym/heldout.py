@@ -84,9 +84,12 @@ class HeldOutEval:
         return score
 
     def table(self) -> list[tuple[int, float, float]]:
-        """(rounds trained, accuracy, format) averaged over peers, per evaluation point."""
+        """(rounds trained, accuracy, format) averaged over peers, per evaluation point every peer
+        finished: a stop cuts a point short on some peers, and their mean is not the swarm's. The
+        point before training is one peer's (every peer starts from the same weights)."""
         points: dict[int, list[Score]] = {}
         for rows in self.scores.values():
             for rounds, score in rows:
                 points.setdefault(rounds, []).append(score)
-        return [(r, sum(s.accuracy for s in v) / len(v), sum(s.format for s in v) / len(v)) for r, v in sorted(points.items())]
+        done = {r: v for r, v in points.items() if r == 0 or len(v) == self.peers}
+        return [(r, sum(s.accuracy for s in v) / len(v), sum(s.format for s in v) / len(v)) for r, v in sorted(done.items())]

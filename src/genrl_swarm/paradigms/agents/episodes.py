@@ -17,6 +17,7 @@ from typing import Any
 
 from genrl_swarm.core import meter
 from genrl_swarm.core.bodies import Episode
+from genrl_swarm.core.limits import LimitError
 from genrl_swarm.core.meter import CutOff
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.errors import EnvUnavailable, SessionLost, SessionNotFound
@@ -92,6 +93,18 @@ class Session:
         conv.respond([result.message])
         if self.budget <= 0:  # the environment ends only past the limit; no room for another turn
             self.stop()
+
+    def check_room(self, max_new_tokens: int) -> None:
+        """Raise LimitError when the prompt leaves the model no token: the episode would end
+        before its first turn, and a run of such episodes trains on nothing, silently."""
+        if self.budget > 0:
+            return
+        asked, prompt = self.spec.max_tokens, len(self.conversation.ids)
+        limit = f"data.max_tokens={asked}" if asked and asked <= self.max_tokens else f"the environment's token limit ({self.max_tokens})"
+        raise LimitError(
+            f"{limit} leaves no room for a model turn: the prompt of task {self.spec.task} (seed {self.spec.seed}) takes {prompt} "
+            f"tokens; raise {limit.split('=')[0]} to at least {prompt + max_new_tokens} (the prompt + policy.sampling.max_new_tokens)"
+        )
 
     def stop(self) -> None:
         """End the episode here, on the token limit (the session is closed)."""

