@@ -3,7 +3,8 @@
 msgpack through msgspec, decoded straight into ``Envelope[<the game's body type>]``, so a
 peer's bytes are schema-checked (field names, types, lengths, dtypes and shapes, ``__post_init__``
 invariants) in the same step they are parsed. Every failure is a ``PayloadError``; backends
-drop and count it.
+drop and count it. Decoders come from ``core.decoders``: built once per process, under its lock,
+since peer threads building the same one at once crash msgspec (issue 43).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from genrl_swarm.core.bodies import Body, Envelope
+from genrl_swarm.core.decoders import envelope_decoder, msgpack_decoder
 from genrl_swarm.core.identity import SIGNATURE_BYTES
 from genrl_swarm.core.types import FORMAT_VERSION
 
@@ -35,7 +37,6 @@ class Codec:
             raise ValueError("max_bytes must be positive")
         self.max_bytes = max_bytes
         self._encoder = msgspec.msgpack.Encoder()
-        self._decoders: dict[type[Body], Any] = {}
 
     def encode(
         self, sender: str, round: int, stage: int, bodies: Sequence[Body], basis: Sequence[bytes] = (), evidence: Sequence[bytes] = ()
@@ -57,11 +58,8 @@ class Codec:
             raise PayloadError(f"payload is {type(data).__name__}, not bytes")
         if len(data) > self.max_bytes:
             raise PayloadError(f"payload of {len(data)} bytes is over the limit of {self.max_bytes}")
-        decoder = self._decoders.get(body_type)
-        if decoder is None:
-            decoder = self._decoders[body_type] = msgspec.msgpack.Decoder(Envelope[body_type])  # type: ignore[valid-type]
         try:
-            envelope: Envelope[Any] = decoder.decode(data)
+            envelope: Envelope[Any] = envelope_decoder(body_type).decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RecursionError) as e:
             raise PayloadError(f"bad payload: {str(e)[:300]}") from e
         if envelope.version != FORMAT_VERSION:
@@ -92,8 +90,8 @@ class Signed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 DOMAIN = b"genrl-swarm/v2/"
-_signed_decoder = msgspec.msgpack.Decoder(Signed)
-_commitment_decoder = msgspec.msgpack.Decoder(Commitment)
+_signed_decoder = msgpack_decoder(Signed)
+_commitment_decoder = msgpack_decoder(Commitment)
 
 
 def signed_message(kind: str, record: bytes) -> bytes:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from genrl_swarm.core.bodies import MAX_BASIS, Body
+from genrl_swarm.core.decoders import envelope_decoder
 from genrl_swarm.core.interfaces import (
     Communication,
     Coordinator,
@@ -108,6 +109,7 @@ class GameManager:
         self.book = SenderBook(trust or TrustConfig(), comm.peer_id)
         comm.claim_account(coordinator.account)  # signed into commitments: how peers credit it on chain
         data.attach(self)
+        envelope_decoder(policy.body_type)  # built now, before the peer threads decode at once (core.decoders)
 
     @property
     def peer_id(self) -> str:

@@ -16,6 +16,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from genrl_swarm.core.decoders import json_decoder
+
 MAX_BYTES = 64 << 10
 
 
@@ -25,6 +27,10 @@ class PeerStatus(msgspec.Struct, frozen=True):
     stage: Annotated[int, msgspec.Meta(ge=0)] | None = None
     backend: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     reward: float | None = None
+
+
+#: Built at import: the poller's threads decode their first answers at once (core.decoders).
+_decode = json_decoder(PeerStatus).decode
 
 
 @dataclass
@@ -61,6 +67,6 @@ class StatusPoller:
         if len(data) > MAX_BYTES:
             return f"answer over {MAX_BYTES} bytes"
         try:
-            return msgspec.json.decode(data, type=PeerStatus)
+            return _decode(data)
         except msgspec.DecodeError as e:
             return f"not a status document ({e})"

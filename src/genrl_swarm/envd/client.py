@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import grpc
 import msgspec
 
+from genrl_swarm.core.decoders import msgpack_decoder
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.errors import ERRORS, EnvError, EnvUnavailable
 from genrl_swarm.envd.protocol import (
@@ -29,7 +30,7 @@ T = TypeVar("T")
 KIND_OF = {code: kind for kind, code in STATUS.items()}
 OPTIONS = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES), ("grpc.max_send_message_length", MAX_REQUEST_BYTES)]
 _encode = msgspec.msgpack.Encoder().encode
-_DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {name: msgspec.msgpack.Decoder(types[1]) for name, types in METHODS.items()}
+_DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {name: msgpack_decoder(types[1]) for name, types in METHODS.items()}
 
 
 def as_env_error(error: grpc.RpcError, address: str) -> EnvError:

@@ -48,6 +48,7 @@ from openenv.core.env_server.types import State as OpenEnvState
 from openenv.core.generic_client import GenericEnvClient
 from pydantic import Field
 
+from genrl_swarm.core.decoders import warm
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.controller import EnvdConfig
 from genrl_swarm.envd.errors import EnvError, EnvUnavailable, InvalidRequest, SessionNotFound
@@ -167,6 +168,9 @@ class _EnvdObservation(msgspec.Struct, frozen=True):
     tools: tuple[dict[str, Any], ...] = ()
     limits: Limits | None = None
     finish_reason: FinishReason | None = None
+
+
+warm(TaskSpec, Action, _Reply, _EnvdObservation)  # converted from several threads at once (core.decoders)
 
 
 def _checked(got: Any, envd: bool) -> tuple[_Reply, _EnvdObservation | None]:

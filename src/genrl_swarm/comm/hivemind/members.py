@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from genrl_swarm.core.decoders import msgpack_decoder
 from genrl_swarm.core.identity import SIGNATURE_BYTES, Identity, verify
 from genrl_swarm.protocol.view import alive, attested_round
 
@@ -58,8 +59,8 @@ class SignedMember(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     signature: Annotated[bytes, msgspec.Meta(min_length=SIGNATURE_BYTES, max_length=SIGNATURE_BYTES)]
 
 
-_signed = msgspec.msgpack.Decoder(SignedMember)
-_record = msgspec.msgpack.Decoder(MemberRecord)
+_signed = msgpack_decoder(SignedMember)
+_record = msgpack_decoder(MemberRecord)
 
 
 def seal(record: MemberRecord, identity: Identity) -> bytes:
