@@ -22,6 +22,11 @@ class CutOff(Exception):
     failed in a sandbox: the body is dropped, and on this peer's own bodies too (not a bug here)."""
 
 
+class Unavailable(Exception):
+    """Work for a sender could not be done for a reason of this peer's own (its sandbox would not
+    start): the body is dropped as ``local``, never held against the sender."""
+
+
 @dataclass
 class Meter:
     """``budget`` seconds this sender may still cost; ``spent`` seconds charged so far from

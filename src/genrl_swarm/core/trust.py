@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genrl_swarm.core.bodies import Body
-from genrl_swarm.core.meter import CutOff, metered
+from genrl_swarm.core.meter import CutOff, Unavailable, metered
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.types import Drop, DropKind, Rollout, RoundRewards, ScoredRollout, StageInput, Task
 
@@ -165,8 +165,9 @@ def score_under_budget(state: GameState, score: Score, stage: int | None = None,
     dropped for the round (``scoring``, counted against its sender), never the peer. A sender is
     charged the CPU its bodies take on this thread plus what sandboxes and services report doing
     for it (``core.meter``), which also cut a body off when the sender's ``cpu_budget`` runs out;
-    past it, the sender loses the rest of its bodies (``cpu``). Errors on this peer's own
-    rollouts are bugs and propagate, except a sandbox's cut-off (``CutOff``)."""
+    past it, the sender loses the rest of its bodies (``cpu``). A sandbox that could not run at
+    all (``Unavailable``) is this peer's problem: ``local``, never counted. Errors on this peer's
+    own rollouts are bugs and propagate, except a sandbox's cut-off (``CutOff``)."""
     scored, spent = [], defaultdict[str, float](float)
     for r in state.select(stage=stage):
         own = r.peer_id == state.peer_id
@@ -182,7 +183,8 @@ def score_under_budget(state: GameState, score: Score, stage: int | None = None,
             except Exception as e:  # noqa: BLE001 - isolated per sender, see docstring
                 if own and not isinstance(e, CutOff):
                     raise
-                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}", DropKind.SCORING))
+                kind = DropKind.LOCAL if isinstance(e, Unavailable) else DropKind.SCORING  # this peer's failing is not the sender's
+                state.drops.append(Drop(r.peer_id, r.stage, r.task_id, f"scoring failed: {type(e).__name__}: {e}", kind))
                 log.warning("%s: scoring %s's body failed (%s); dropped", state.peer_id, r.peer_id, e)
                 continue
             finally:

@@ -12,7 +12,10 @@ anything the process could start), the syscalls below fail with EPERM:
   extended attributes) and any ``open`` for writing: the worker reads, it never writes;
 - new sockets and connections (the network namespace already has no interface up);
 - limits and priorities (``prlimit64``, ``setpriority``, affinity): nothing a worker can lower
-  on the peer.
+  on the peer;
+- System V IPC and POSIX message queues: no object that outlives the worker and that the next
+  worker could attach to (a worker serves one call; nothing it made may reach the next);
+- ``ioctl`` TIOCSTI and TIOCLINUX: no typing into a terminal, even one the worker somehow holds.
 
 x86-64 only (syscall numbers are per architecture); elsewhere ``install`` returns False and the
 sandbox reports that it runs without it.
@@ -48,10 +51,15 @@ DENIED = {
     "setrlimit": 160, "prlimit64": 302, "setpriority": 141, "sched_setaffinity": 203, "sched_setscheduler": 144,
     "sched_setparam": 142, "ioprio_set": 251, "migrate_pages": 256, "move_pages": 279,
     "init_module": 175, "finit_module": 313, "delete_module": 176, "reboot": 169, "acct": 163,
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
+    "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
+    "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245, "vhangup": 153, "memfd_secret": 447,
 }  # fmt: skip
 #: open(path, flags) and openat(dirfd, path, flags): refused when flags ask to write or create.
 _OPENS = {2: 1, 257: 2}  # syscall -> index of the flags argument
 _WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND
+#: ioctl(fd, request): the terminal requests that inject input, refused whatever the fd.
+_IOCTL, _TTY_INJECT = 16, (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 
 
 Insn = tuple[int, int, int, int]  # code, jump if true, jump if false, constant
@@ -69,11 +77,13 @@ def _program() -> list[Insn]:
         (_JGE, "kill", 0, 0x40000000),  # the x32 ABI: other numbers for the same calls
         *((_JEQ, "deny", 0, nr) for nr in sorted(DENIED.values())),
         *((_JEQ, f"open{nr}", 0, nr) for nr in _OPENS),
+        (_JEQ, "ioctl", 0, _IOCTL),
         (_RET, 0, 0, _ALLOW),
     ]
     blocks: dict[str, list[Jump]] = {
         f"open{nr}": [(_LD, 0, 0, 16 + 8 * arg), (_JSET, "deny", 0, _WRITE_FLAGS), (_RET, 0, 0, _ALLOW)] for nr, arg in _OPENS.items()
     }
+    blocks["ioctl"] = [(_LD, 0, 0, 24), *((_JEQ, "deny", 0, request) for request in _TTY_INJECT), (_RET, 0, 0, _ALLOW)]
     blocks |= {"deny": deny, "kill": kill}
     starts, at = {}, len(head)
     for name, block in blocks.items():

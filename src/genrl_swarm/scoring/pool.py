@@ -1,12 +1,14 @@
-"""The peer's side of the scorer sandbox: a zygote and a few warm workers, one sender each.
+"""The peer's side of the scorer sandbox: a zygote, and a fresh worker for every call.
 
-``call`` runs ``module:function(*args)`` in a worker bound to the current sender (``core.meter``)
-and returns its value, charging that sender the worker's CPU time as the kernel counts it
-(read from /proc by this process, not reported by the worker). While it waits, this process
-watches the worker's CPU clock and the wall clock and kills the worker past either limit: the
-sender's remaining budget or ``cpu_seconds``, whichever is lower, and ``wall_seconds``. A call
-to a warm worker costs one pipe round trip; a sender without a worker gets a fresh fork from the
-zygote (milliseconds), evicting the least recently used idle worker.
+``call`` runs ``module:function(*args)`` in a worker forked for that call alone and killed after
+it, on behalf of the current sender (``core.meter``), and charges that sender everything the call
+cost this peer: the fork, and the wall time of the call minus the time the worker waited for a
+CPU (read from /proc by this process, never reported by the sandbox). The reply is read under
+one deadline from the moment the call starts, byte by byte as it comes: a worker that writes half
+a frame and sleeps, or drips a byte at a time, is charged every second and killed at the sender's
+remaining budget (or ``cpu_seconds``, whichever is lower). The zygote runs inside the kernel's
+sandbox (``sandbox.jail``); where the kernel cannot build it, the pool refuses to start unless
+the operator set ``unconfined``.
 """
 
 from __future__ import annotations
@@ -21,46 +23,55 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import weakref
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from genrl_swarm.core import meter
-from genrl_swarm.sandbox.frames import FrameError, pack
+from genrl_swarm.core.decoders import msgpack_decoder
+from genrl_swarm.core.meter import Unavailable
+from genrl_swarm.sandbox import jail
+from genrl_swarm.sandbox.frames import pack
 from genrl_swarm.sandbox.kernel import run_and_wait
 from genrl_swarm.sandbox.seccomp import not_dumpable
-from genrl_swarm.scoring.jobs import WORKER_CPU_SECONDS, ScoreReply, ScorerFailed, ScorerLimits
+from genrl_swarm.scoring.jobs import Confinement, ScoreReply, ScorerFailed, ScorerLimits, ZygoteSpec
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # a loaded machine can take a while to import the scorers
-_POLL = 0.02  # seconds between looks at a running worker's CPU clock
+_POLL = 0.02  # seconds between looks at a running worker's clocks
 _MAX_REPLY = 1 << 16
+_UCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
+_decode_reply = msgpack_decoder(ScoreReply).decode
 
 
 class Worker:
-    """One forked sandboxed process serving one sender."""
+    """One forked sandboxed process, for one call. Its pid comes from the kernel (the socket's
+    creator, in this process's PID namespace), and it is held by a pidfd so that a kill can never
+    reach a process that reused the number."""
 
-    def __init__(self, pid: int, sock: socket.socket, sender: str) -> None:
-        self.pid, self.sock, self.sender = pid, sock, sender
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.pid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))[0]
+        self.pidfd = os.pidfd_open(self.pid)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        os.close(self.pidfd)
         self.sock.close()
 
     def call(self, target: str, args: tuple[Any, ...], cap: float, wall: float) -> tuple[ScoreReply | None, float, str]:
         """(reply or None, seconds to charge, why it failed). Charged: wall time minus the time
-        the worker waited for a CPU (``run_and_wait``): computing, sleeping, blocking or stopping
-        itself all hold this peer; waiting on a loaded machine is not the sender's doing. Past
-        ``cap`` charged seconds, or ``wall`` seconds in all, the worker is killed."""
+        the worker waited for a CPU (``run_and_wait``): computing, sleeping, blocking, stopping
+        itself or writing half a reply all hold this peer; waiting on a loaded machine is not
+        the sender's doing. Past ``cap`` charged seconds, or ``wall`` seconds in all, it fails."""
         nonce = secrets.randbits(63)
         times = run_and_wait(self.pid)
         if times is None:
@@ -70,47 +81,53 @@ class Worker:
             self.sock.sendall(pack(pickle.dumps((nonce, target, args))))
         except OSError as e:
             return None, 0.0, f"the scorer's process was gone ({type(e).__name__})"
+        self.sock.setblocking(False)
+        got = bytearray()
         while True:
             ready, _, _ = select.select([self.sock], [], [], _POLL)
             times = run_and_wait(self.pid) or times  # None once it died: keep the last count
             charged = max(charged, time.monotonic() - start - (times[1] - waited0))
             if ready:
-                return self._reply(nonce, charged, start + wall)
+                chunk = _read_some(self.sock)
+                if chunk == b"":
+                    return None, charged, "the scorer's process died or closed its socket without a whole reply"
+                got += chunk or b""
+                done, reply, why = _parse(bytes(got), nonce)
+                if done:
+                    return reply, charged, why
             if charged > cap:
-                return None, charged, f"the scorer took over {cap:.2f} s (CPU, sleep or blocked)"
+                return None, charged, f"the scorer took over {cap:.2f} s (CPU, sleep, blocked or a partial reply)"
             if time.monotonic() - start > wall:
                 return None, charged, f"the scorer did not finish within {wall:g} s"
 
-    def _reply(self, nonce: int, charged: float, deadline: float) -> tuple[ScoreReply | None, float, str]:
-        """The one frame the job asked for: the job's nonce, and nothing after it (a worker that
-        queues frames of its own is killed, its reply refused)."""
-        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            size = int.from_bytes(_recv(self.sock, 4), "big")
-            if size > _MAX_REPLY:
-                raise FrameError(f"a reply of {size} bytes")
-            reply = msgspec.msgpack.decode(_recv(self.sock, size), type=ScoreReply)
-            self.sock.setblocking(False)
-            extra = self.sock.recv(1, socket.MSG_PEEK)
-            if extra or reply.nonce != nonce:
-                raise FrameError("a reply for another job, or frames it was not asked for")
-        except BlockingIOError:
-            return reply, charged, ""  # nothing after the reply: as it should be
-        except (OSError, EOFError, FrameError, msgspec.DecodeError) as e:
-            return None, charged, f"the scorer's process died or broke the protocol ({type(e).__name__}: {e})"
-        finally:
-            self.sock.setblocking(True)
-        return None, charged, "the scorer's process closed its socket after replying"
+
+def _read_some(sock: socket.socket) -> bytes | None:
+    """What the worker wrote so far: b"" at the end of its stream, None when nothing is there yet."""
+    try:
+        return sock.recv(_MAX_REPLY + 8)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
 
 
-def _recv(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
+def _parse(data: bytes, nonce: int) -> tuple[bool, ScoreReply | None, str]:
+    """(whether the reply is complete or broken, the reply, why it was refused) from the bytes
+    so far: one frame of at most ``_MAX_REPLY`` bytes holding the job's nonce, nothing after it."""
+    if len(data) < 4:
+        return False, None, ""
+    size = int.from_bytes(data[:4], "big")
+    if size > _MAX_REPLY:
+        return True, None, f"the scorer's process broke the protocol (a reply of {size} bytes)"
+    if len(data) < 4 + size:
+        return False, None, ""
+    try:
+        reply = _decode_reply(data[4 : 4 + size])
+    except msgspec.DecodeError as e:
+        return True, None, f"the scorer's process broke the protocol (DecodeError: {e})"
+    if len(data) > 4 + size or reply.nonce != nonce:
+        return True, None, "the scorer's process broke the protocol (a reply for another job, or frames it was not asked for)"
+    return True, reply, ""
 
 
 class ScorerPool:
@@ -118,114 +135,108 @@ class ScorerPool:
 
     def __init__(self, limits: ScorerLimits, modules: tuple[str, ...] = ()) -> None:
         self.limits, self.modules = limits, modules
-        self._idle: OrderedDict[int, Worker] = OrderedDict()  # pid -> idle worker, least recent first
-        self._busy = 0
-        self._cond = threading.Condition()
+        self._slots = threading.BoundedSemaphore(limits.workers)  # calls at once, a worker each
+        self._lock = threading.Lock()  # the control socket: one fork at a time
         self._zygote: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
-        self._scratch = Path(tempfile.mkdtemp(prefix="genrl-scorers-"))
-        weakref.finalize(self, shutil.rmtree, self._scratch, True)  # also when close() is never called
-        self.isolated = False
-        self.forks = self.kills = 0
+        self._asked = False  # a fork requested and not yet received: the next call's worker
+        self._scratch: Path | None = None  # on the host only when unconfined; jailed, the sandbox has its own
+        self.confinement: Confinement | None = None
+        self.forks = 0
 
     def call(self, target: str, *args: Any) -> float:
-        """``target(*args)`` in the sandbox, on the current sender's behalf; ScorerFailed if it
-        gives no score in its limits (CPU charged to the sender either way)."""
-        cap = min(self.limits.cpu_seconds, meter.remaining())
-        worker = self._checkout(meter.sender())
-        reply, used, why = worker.call(target, args, cap, self.limits.wall_seconds)
+        """``target(*args)`` in a fresh sandboxed worker, on the current sender's behalf;
+        ScorerFailed if it gives no score within its limits (charged to the sender either way)."""
+        with self._slots:
+            worker, forked = self._fork()
+            meter.charge(forked)
+            try:
+                cap = min(self.limits.cpu_seconds, meter.remaining())
+                reply, used, why = worker.call(target, args, cap, self.limits.wall_seconds)
+            finally:
+                worker.kill()
         meter.charge(used)
-        self._checkin(worker, healthy=reply is not None and self._fresh(worker))
         if reply is None:
             raise ScorerFailed(why)
         if reply.error:
             raise ScorerFailed(f"the scorer {reply.error}")
         return reply.value
 
-    def _checkout(self, sender: str) -> Worker:
-        with self._cond:
-            while True:
-                for pid, w in self._idle.items():
-                    if w.sender == sender:
-                        return self._idle.pop(pid)
-                if self._busy + len(self._idle) < self.limits.workers or self._idle:
-                    if self._busy + len(self._idle) >= self.limits.workers:
-                        self._idle.popitem(last=False)[1].kill()  # least recently used, another sender's
-                        self.kills += 1
-                    self._busy += 1
-                    break
-                self._cond.wait()
-        try:
-            return self._fork(sender)
-        except BaseException:
-            with self._cond:
-                self._busy -= 1
-                self._cond.notify()
-            raise
-
-    def _checkin(self, worker: Worker, healthy: bool) -> None:
-        with self._cond:
-            self._busy -= 1
-            if healthy:
-                self._idle[worker.pid] = worker
-            else:
-                worker.kill()
-                self.kills += 1
-            self._cond.notify()
-
-    @staticmethod
-    def _fresh(worker: Worker) -> bool:
-        """Not near its lifetime CPU cap (retired at half: the kernel's cap never meets a job)."""
-        times = run_and_wait(worker.pid)
-        return times is not None and times[0] < WORKER_CPU_SECONDS / 2
-
-    def _fork(self, sender: str) -> Worker:
-        with self._cond:  # one fork request at a time on the control socket
+    def _fork(self) -> tuple[Worker, float]:
+        """A fresh worker, and the seconds it took to get it (the sender's; starting the zygote is
+        not). One fork is always asked ahead, so a call usually finds its worker waiting."""
+        with self._lock:
             alive = self._control is not None and self._zygote is not None and self._zygote.poll() is None
             control = self._control if alive and self._control is not None else self._start()
-            control.sendall(b"f")
-            msg, fds, _, _ = socket.recv_fds(control, 4, 1)
-            if len(msg) != 4 or len(fds) != 1:
-                raise ScorerFailed("the scorer sandbox's zygote did not fork a worker")
+            began = time.monotonic()
+            try:
+                if not self._asked:
+                    control.sendall(b"f")
+                msg, fds, _, _ = socket.recv_fds(control, 1, 1)
+                control.sendall(b"f")  # the next call's worker forks and confines itself meanwhile
+                self._asked = True
+            except OSError as e:  # TimeoutError too: a zygote that stopped forking
+                self._asked = False
+                raise Unavailable(f"the scorer sandbox's zygote is gone ({type(e).__name__})") from e
+            if msg != b"w" or len(fds) != 1:
+                raise Unavailable("the scorer sandbox's zygote did not fork a worker")
             self.forks += 1
-            return Worker(int.from_bytes(msg, "big"), socket.socket(fileno=fds[0]), sender)
+            return Worker(socket.socket(fileno=fds[0])), time.monotonic() - began
 
     def _start(self) -> socket.socket:
-        """Start the zygote (lazily: peers that never score untrusted text never pay for it).
-        This process becomes non-dumpable first: a worker, root or not, cannot read its memory."""
+        """Start the zygote (lazily: peers that never score untrusted text never pay for it),
+        jailed, or unconfined where the operator chose so. This process becomes non-dumpable
+        first: a worker, root or not, cannot read its memory."""
         not_dumpable()
         if self._control is not None:  # a zygote that died: its socket goes with it
             self._control.close()
+        self._asked = False
+        spec, argv = self._command()
         ours, theirs = socket.socketpair()
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        args = [sys.executable, "-m", "genrl_swarm.scoring.zygote", msgspec.json.encode(self.limits).decode(), str(self._scratch), *self.modules]
-        self._zygote = subprocess.Popen(args, stdin=theirs.fileno(), env=env)  # noqa: S603 - our own module
+        env = {} if spec.confinement is Confinement.JAILED else dict(jail.ENV)  # never a variable of the peer's
+        self._zygote = subprocess.Popen(argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)  # noqa: S603
         theirs.close()
         ours.settimeout(START_TIMEOUT)
         try:
             hello = ours.recv(1)
         except TimeoutError:
             hello = b""
-        if hello not in (b"i", b"n"):
+        if hello not in {c.value.encode() for c in Confinement}:
             self._zygote.kill()
-            raise ScorerFailed(f"the scorer sandbox did not start (code {self._zygote.wait()})")
-        ours.settimeout(None)
-        self.isolated, self._control = hello == b"i", ours
-        if not self.isolated:
-            log.warning("scorer sandbox: no network namespace here (the kernel refused it); the audit hook still refuses sockets")
+            err = self._zygote.communicate()[1].decode(errors="replace").strip().splitlines()
+            raise Unavailable(f"the scorer sandbox did not start (code {self._zygote.returncode}{': ' + err[-1][:200] if err else ''})")
+        ours.settimeout(START_TIMEOUT)  # every later fork too: a wedged zygote never hangs a call
+        self.confinement, self._control = Confinement(hello.decode()), ours
+        if self.confinement is not Confinement.JAILED:
+            log.warning(
+                "scorer sandbox: UNCONFINED (trust.scorer.unconfined): third-party scorers see this machine's files; %s", self.confinement.name
+            )
         return ours
 
+    def _command(self) -> tuple[ZygoteSpec, list[str]]:
+        """The zygote's spec and command line: inside the jail where the kernel allows it, else
+        only with the operator's ``unconfined`` (Unavailable otherwise)."""
+        view = jail.view_for(("genrl_swarm", *self.modules))
+        why = jail.probe()
+        if why and not self.limits.unconfined:
+            raise Unavailable(f"the scorer sandbox cannot be built here: {why}")
+        if why:
+            self._scratch = self._scratch or Path(tempfile.mkdtemp(prefix="genrl-scorers-"))
+            spec = ZygoteSpec(self.limits, self.modules, view.import_path, str(self._scratch), Confinement.NONE)
+        else:
+            spec = ZygoteSpec(self.limits, self.modules, view.import_path, jail.SCRATCH, Confinement.JAILED)
+        argv = [sys.executable, "-I", "-m", "genrl_swarm.scoring.zygote", msgspec.json.encode(spec).decode()]
+        return spec, argv if why else jail.command(view, argv)
+
     def close(self) -> None:
-        with self._cond:
-            for w in self._idle.values():
-                w.kill()
-            self._idle.clear()
+        with self._lock:
             if self._control is not None:
                 self._control.close()
             if self._zygote is not None:
                 self._zygote.kill()
-                self._zygote.wait()
-            shutil.rmtree(self._scratch, ignore_errors=True)
+                self._zygote.communicate()
+            if self._scratch is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 _shared: ScorerPool | None = None
