@@ -43,6 +43,7 @@ from common import table  # noqa: E402  (benchmarks/ is not a package)
 
 from genrl_swarm.comm import InMemoryBackend, InMemorySwarm  # noqa: E402
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Commitment, encode_signed  # noqa: E402
+from genrl_swarm.comm.epoch import Epoch  # noqa: E402
 from genrl_swarm.coord import LocalCoordinator  # noqa: E402
 from genrl_swarm.core import (  # noqa: E402
     Body,
@@ -64,6 +65,7 @@ from genrl_swarm.core.interfaces import ExchangeResult  # noqa: E402
 from genrl_swarm.core.types import FORMAT_VERSION  # noqa: E402
 
 ME, HONEST, SWARM = "me", "honest-peer", "genrl-swarm"
+EPOCH = Epoch.new()  # the run every board of this process plays: the stranger's records name it
 STRANGER = Identity.from_seed(hashlib.sha256(b"bench_fuzz stranger").digest())
 MAX_BYTES = DEFAULT_MAX_BYTES  # the receiving peer's cap (--max-bytes; the codec's default): "huge" inputs stay under it
 FREEZE = True  # gc.freeze() once the peer is built, as the launcher does (--no-gc-freeze to see the cost)
@@ -219,7 +221,7 @@ class Arena:
     def receive(self, state: GameState, stage: int, inputs: list[StageInput], case: Case) -> tuple[ExchangeResult, RoundRewards]:
         """Everything after the bytes arrive: exchange (on a board of its own), budgets, record,
         later stages, scoring."""
-        board = InMemorySwarm()
+        board = InMemorySwarm(epoch=EPOCH)
         backend = InMemoryBackend(board, ME, max_bytes=MAX_BYTES, identity=self.identity)
         board.post(state.round, stage, "commit", STRANGER.peer_id, case.commit)
         if case.payload is not None:
@@ -416,7 +418,7 @@ class Case:
 
 
 def commitment(round: int, stage: int, payload: bytes, sign: Identity = STRANGER, **fields: Any) -> bytes:
-    record = Commitment(SWARM, round, stage, STRANGER.peer_id, hashlib.sha256(payload).digest(), len(payload))
+    record = Commitment(SWARM, EPOCH.value, round, stage, STRANGER.peer_id, hashlib.sha256(payload).digest(), len(payload))
     return encode_signed("commit", msgspec.structs.replace(record, **fields), sign.sign)
 
 

@@ -104,7 +104,7 @@ ME = Identity.generate()
 
 
 def commitment(**fields: Any) -> Commitment:
-    base = {"swarm": "s", "round": 1, "stage": 0, "sender": ME.peer_id, "digest": bytes(32), "size": 5}
+    base = {"swarm": "s", "epoch": bytes(16), "round": 1, "stage": 0, "sender": ME.peer_id, "digest": bytes(32), "size": 5}
     return Commitment(**{**base, **fields})
 
 
@@ -165,7 +165,7 @@ def board(*names: str) -> tuple[InMemorySwarm, list[InMemoryBackend]]:
 def test_a_commitment_for_another_place_is_dropped_with_where_it_was_for() -> None:
     swarm, (me,) = board("me")
     liar = Stranger(swarm)
-    record = Commitment("genrl-swarm", 0, 0, liar.peer_id, hashlib.sha256(b"payload").digest(), 7)
+    record = Commitment("genrl-swarm", swarm.epoch.value, 0, 0, liar.peer_id, hashlib.sha256(b"payload").digest(), 7)
     swarm.post(1, 0, "commit", liar.peer_id, encode_signed("commit", record, liar.identity.sign))  # round 0's, posted for 1
     result = me.exchange(1, 0, [], timeout=0.3, body_type=Echo)
     assert result.dropped[liar.peer_id] == (f"commitment is for ('genrl-swarm', 0, 0, '{liar.peer_id}'), not ('genrl-swarm', 1, 0, '{liar.peer_id}')")

@@ -134,7 +134,7 @@ def test_a_peer_speaks_only_for_itself(trio: tuple[HivemindBackend, ...]) -> Non
     it is dropped as m's, and v never appears. A membership record m signs for v is refused."""
     a, b, m = trio
     v = Identity.generate()
-    forged = encode_signed("commit", Commitment(a.swarm_id, 20, 0, v.peer_id, b"\0" * 32, 10), v.sign)
+    forged = encode_signed("commit", Commitment(a.swarm_id, a.epoch.value, 20, 0, v.peer_id, b"\0" * 32, 10), v.sign)
     m._loop.soon(m.store.put, (20, 0, "commit"), forged)
     got = play((a, b), 20, timeout=5.0)
     for peer in (a, b):

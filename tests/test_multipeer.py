@@ -342,7 +342,8 @@ def member_posts(
     from genrl_swarm.comm.codec import Commitment, encode_signed
 
     signed_round, signed_stage = signed_for or (round, stage)
-    record = Commitment("genrl-swarm", signed_round, signed_stage, member.peer_id, hashlib.sha256(payload).digest(), len(payload))
+    digest = hashlib.sha256(payload).digest()
+    record = Commitment("genrl-swarm", swarm.epoch.value, signed_round, signed_stage, member.peer_id, digest, len(payload))
     swarm.post(round, stage, "commit", member.peer_id, encode_signed("commit", record, member.identity.sign), member._handle)
     threading.Timer(reveal_after, swarm.post, (round, stage, "reveal", member.peer_id, payload, member._handle)).start()
 
@@ -398,7 +399,7 @@ def test_a_member_that_commits_but_never_reveals_is_late_and_the_others_count() 
     from genrl_swarm.comm.codec import Commitment, encode_signed
 
     payload = Codec().encode("d", 0, 0, [mine("d")])
-    record = Commitment("genrl-swarm", 0, 0, "d", hashlib.sha256(payload).digest(), len(payload))
+    record = Commitment("genrl-swarm", swarm.epoch.value, 0, 0, "d", hashlib.sha256(payload).digest(), len(payload))
     swarm.post(0, 0, "commit", "d", encode_signed("commit", record, odd.identity.sign), odd._handle)
     for result in honest_exchange(honest, 0, 0, timeout=0.6).values():
         assert result.received == {p: (mine(p),) for p in "abc"}

@@ -68,7 +68,7 @@ def lie(liar: HivemindBackend, face: SlotStore) -> None:
     """Plays every stage; stage 0 shows A answers "7" and B (through ``face``) answers "9"."""
     for r in range(ROUNDS):
         payload = Codec().encode(liar.peer_id, r, 0, answers(liar.peer_id, r, "9"))
-        record = Commitment(SWARM, r, 0, liar.peer_id, hashlib.sha256(payload).digest(), len(payload))
+        record = Commitment(SWARM, liar.epoch.value, r, 0, liar.peer_id, hashlib.sha256(payload).digest(), len(payload))
         for phase, data in (("commit", encode_signed("commit", record, liar.identity.sign)), ("reveal", payload)):
             liar._loop.soon(face.put, (r, 0, phase), data)
         for s in range(STAGES):

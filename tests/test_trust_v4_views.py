@@ -20,6 +20,7 @@ from typing import Any
 from genrl_swarm.comm import InMemoryBackend, InMemorySwarm
 from genrl_swarm.comm.base import Phase, RawExchange
 from genrl_swarm.comm.codec import Codec, Commitment, encode_signed
+from genrl_swarm.comm.epoch import Epoch
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import Body, DataManager, GameConfig, GameManager, GameState, Policy, StageInput, Task, Weights
 from genrl_swarm.core.identity import Identity
@@ -95,12 +96,12 @@ def play(
     return out
 
 
-def stage0_payload(identity: Identity, round: int, answer: str) -> tuple[bytes, bytes]:
-    """An envelope of stage-0 answers under ``identity`` and its signed commitment."""
+def stage0_payload(identity: Identity, round: int, answer: str, epoch: Epoch) -> tuple[bytes, bytes]:
+    """An envelope of stage-0 answers under ``identity`` and its signed commitment in ``epoch``."""
     state = GameState(round, identity.peer_id)
     state.set_tasks(Questions().round_tasks(round))
     payload = Codec().encode(identity.peer_id, round, 0, [echo(i, f"<answer>{answer}</answer>") for i in msm().stage_inputs(state, 0)])
-    record = Commitment("genrl-swarm", round, 0, identity.peer_id, hashlib.sha256(payload).digest(), len(payload))
+    record = Commitment("genrl-swarm", epoch.value, round, 0, identity.peer_id, hashlib.sha256(payload).digest(), len(payload))
     return payload, encode_signed("commit", record, identity.sign)
 
 
@@ -128,7 +129,7 @@ def test_an_equivocating_sender_does_not_make_honest_peers_quarantine_each_other
     liar = Identity.generate()
     TwoFaced.faces = {}
     for r in range(2):  # shows A one set of answers and B another, each validly signed
-        (pa, ca), (pb, cb) = stage0_payload(liar, r, "7"), stage0_payload(liar, r, "9")
+        (pa, ca), (pb, cb) = stage0_payload(liar, r, "7", swarm.epoch), stage0_payload(liar, r, "9", swarm.epoch)
         swarm.post(r, 0, "commit", liar.peer_id, ca)
         swarm.post(r, 0, "reveal", liar.peer_id, pa)
         TwoFaced.faces |= {("B", liar.peer_id, r, 0, "commit"): cb, ("B", liar.peer_id, r, 0, "reveal"): pb}
@@ -204,7 +205,7 @@ def test_a_strangers_posts_under_a_members_id_before_it_joined_do_not_frame_it()
     a = InMemoryBackend(swarm, "A")
     junk = Identity.generate()
     for r in range(2):  # a stranger fills B's slots before B joins (a valid record of its own key)
-        payload, commit = stage0_payload(junk, r, "1")
+        payload, commit = stage0_payload(junk, r, "1", swarm.epoch)
         swarm.post(r, 0, "commit", "B", commit)
         swarm.post(r, 0, "reveal", "B", payload)
     b = InMemoryBackend(swarm, "B")

@@ -12,10 +12,11 @@ class Stranger:
     """A peer outside the game loop that posts whatever a test tells it to on an in-memory
     board: the hostile peer of the trust tests. Its id embeds its own key (libp2p form)."""
 
-    def __init__(self, swarm: Any, identity: Any = None, swarm_id: str = "genrl-swarm") -> None:
+    def __init__(self, swarm: Any, identity: Any = None, swarm_id: str = "genrl-swarm", epoch: Any = None) -> None:
         from genrl_swarm.core.identity import Identity
 
         self.swarm, self.swarm_id = swarm, swarm_id
+        self.epoch = epoch  # the run it signs in: the board's (None), unless a test replays another
         self.identity = identity or Identity.generate()
         self.peer_id = self.identity.peer_id
 
@@ -25,7 +26,8 @@ class Stranger:
         from genrl_swarm.comm.codec import Commitment, encode_signed
 
         sender = sender or self.peer_id
-        record = Commitment(self.swarm_id, round, stage, sender, hashlib.sha256(payload).digest(), len(payload))
+        epoch = self.epoch or self.swarm.epoch
+        record = Commitment(self.swarm_id, epoch.value, round, stage, sender, hashlib.sha256(payload).digest(), len(payload))
         signed = encode_signed("commit", msgspec_replace(record, **fields), self.identity.sign)
         self.swarm.post(round, stage, "commit", self.peer_id, signed)
         return signed

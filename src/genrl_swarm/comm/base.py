@@ -6,16 +6,18 @@ validation and dropping bad payloads happen here once, so all backends treat pee
 One exchange is two phases through the transport:
 
 1. **commit**: each peer publishes a signed ``Commitment`` (sha256 and size of its payload,
-   bound to swarm, round and stage). Signatures are checked before anything is parsed.
+   bound to swarm, epoch, round and stage). Signatures are checked before anything is parsed.
 2. **reveal**: each peer publishes its payload. A payload counts only if its sender committed
    to exactly these bytes in phase 1, so nobody can re-send a payload it saw revealed as its
    own, and the order of commitments says who produced identical content first.
 
 Signed commitments are also what later stages refer to: a payload carries the commitments of
-the earlier payloads its inputs were built from (``Envelope.basis``). Every commitment this peer
-sees, in a phase or passed on, is remembered for a few rounds; two validly signed ones by one
-sender for one (round, stage) that differ are a proof of equivocation, which this peer acts on
-and passes on (``Envelope.evidence``).
+the earlier payloads its inputs were built from (``Envelope.basis``). Every commitment of this
+run this peer sees, in a phase or passed on, is remembered for a few rounds; two validly signed
+ones by one sender for one (epoch, round, stage) that differ are a proof of equivocation, which
+this peer acts on and passes on (``Envelope.evidence``): ``comm.commitments``. The epoch (the
+run, ``comm.epoch``) is settled before this peer's first signature and kept in its run
+directory, beside the log of what it signed last (``comm.signed_log``).
 
 Waiting: the reveal phase (and a transport's commit phase) waits the full deadline only for
 members (as the transport knows them) not marked late (a missed full wait marks a member until
@@ -36,7 +38,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 import time
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
@@ -44,8 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, PayloadError, encode_signed, open_commitment, read_commitment
-from genrl_swarm.core.bodies import MAX_EVIDENCE, Body, Envelope
+from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, PayloadError, encode_signed, open_commitment
+from genrl_swarm.comm.commitments import KEEP_ROUNDS, CommitmentBook, Proof
+from genrl_swarm.comm.epoch import Epoch, save_epoch, saved_epoch
+from genrl_swarm.comm.signed_log import SignedLog
+from genrl_swarm.core.bodies import Body, Envelope
 from genrl_swarm.core.identity import Identity, public_key_of, verify_key
 from genrl_swarm.core.interfaces import Communication, ExchangeResult
 from genrl_swarm.core.trust import waited_for_again
@@ -54,13 +58,14 @@ from genrl_swarm.protocol.exchange import Deadlines
 
 log = logging.getLogger(__name__)
 Phase = Literal["commit", "reveal"]
+__all__ = ["FRESH_SHARE", "KEEP_ROUNDS", "SIGNED_LOG", "ByteBackend", "Phase", "RawExchange"]
 
 
 #: Share of an exchange's timeout a committer that is not an established, punctual member is
 #: waited for in the reveal phase (what a fresh id that never reveals can cost a stage).
 FRESH_SHARE = 0.1
-#: Rounds signed commitments are remembered: for references from later stages and for proofs.
-KEEP_ROUNDS = 2
+#: Where a peer directory keeps what this identity signed last, per epoch (``comm.signed_log``).
+SIGNED_LOG = "last_signed"
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,7 @@ class ByteBackend(Communication):
         self.codec = Codec(max_bytes)
         self.identity = identity or Identity.generate()
         self.swarm_id = swarm
+        self._settled = False
         self.account = ""  # this peer's chain account, signed into its commitments
         #: Public keys of peers whose ids do not embed one (named peers on a board or torch
         #: ranks), as the membership layer announced them.
@@ -102,13 +108,12 @@ class ByteBackend(Communication):
         #: transport may pick how to fetch by size. Never a limit: a payload of another size is
         #: still fetched, and then dropped as not matching its commitment (provable).
         self.committed_sizes: dict[str, int] = {}
-        #: (round, stage, sender) -> (payload sha256, signed commitment): every commitment seen.
-        self._records: dict[tuple[int, int, str], tuple[bytes, bytes]] = {}
-        #: sender -> (round, two of its signed commitments for one (round, stage) that differ).
-        self.proofs: dict[str, tuple[int, bytes, bytes]] = {}
+        #: Every commitment of this run seen, and the proofs of equivocation they make.
+        self.ledger = CommitmentBook(swarm, Epoch.new())
         self._late: dict[str, int] = {}  # sender -> last round it was late in (no commitment, or no reveal)
-        self.signed_log: Path | None = None  # where the last (round, stage) this identity signed is kept
-        self._signed_before: tuple[int, int] | None = None  # ... as read when this peer resumed
+        self.run_dir: Path | None = None  # this peer's run directory (``bind_run``)
+        self.signed_log: SignedLog | None = None  # the last (round, stage) this identity signed, per epoch
+        self._signed_before: tuple[int, int] | None = None  # ... in this peer's epoch, as read when it settled
         self.fresh_wait = 0.0  # seconds FRESH_SHARE of the current exchange's timeout is
         #: member -> the round it stayed silent through its short wait: it gets none again that round.
         #: Per member, so a member that stays silent never spends the short wait of one that was late
@@ -149,35 +154,64 @@ class ByteBackend(Communication):
         """This peer resumes from a checkpoint at ``round``: a transport that bounds catch-up
         jumps counts them from here, not from round 0."""
 
-    def keep_signed_log(self, path: Path) -> None:
-        """Remember, in ``path``, the last (round, stage) this identity signed a commitment for
-        in this swarm. A peer killed mid-round and started again (resumed, or started over with
-        ``--overwrite``: the file outlives both) would otherwise sign a second, different
-        commitment for the same (round, stage) — to everyone else, a proof of equivocation. It
-        sits out every exchange up to the one it signed last (others see it late, which costs
-        nothing). A log from another swarm is ignored: its commitments name that swarm."""
-        self.signed_log = path
-        if not path.exists():
-            return
-        try:
-            round, stage, *swarm = path.read_text().split()
-            signed = (int(round), int(stage))
-        except ValueError:
-            log.warning("%s: %s is not 'round stage swarm'; ignored", self.peer_id, path)
-            return
-        if swarm in ([], [self.swarm_id]):
-            self._signed_before = signed
+    @property
+    def epoch(self) -> Epoch:
+        """The run this peer signs in (``comm.epoch``): its own until ``agree_epoch`` settles it
+        at the first exchange; a transport that knows it earlier sets it."""
+        return self.ledger.epoch
 
-    def _log_signed(self, round: int, stage: int) -> None:
-        """Written before the commitment leaves this process: a kill after this line is safe."""
-        if self.signed_log is not None:
-            temp = self.signed_log.with_suffix(".tmp")
-            temp.write_text(f"{round} {stage} {self.swarm_id}")
-            os.replace(temp, self.signed_log)
+    @epoch.setter
+    def epoch(self, epoch: Epoch) -> None:
+        if epoch != self.ledger.epoch:  # nothing of another run is worth keeping
+            self.ledger = CommitmentBook(self.swarm_id, epoch)
+
+    @property
+    def proofs(self) -> dict[str, Proof]:
+        """Sender -> the proof of its equivocation this peer holds (and passes on)."""
+        return self.ledger.proofs
+
+    def bind_run(self, directory: Path, resume: bool) -> None:
+        """This peer's run directory keeps its epoch and the last (round, stage) it signed per
+        epoch (``comm.signed_log``; it outlives ``--resume`` and ``--overwrite``). A peer killed
+        mid-round and started again in the same epoch would otherwise sign a second, different
+        commitment for the same (round, stage), to everyone else a proof of equivocation: it sits
+        out every exchange up to the one it signed last (others see it late, which costs nothing).
+        On ``resume`` the epoch kept there is offered to the transport (``resumed_epoch``)."""
+        self.run_dir, self.signed_log = directory, SignedLog(directory / SIGNED_LOG)
+        saved = saved_epoch(directory) if resume else None
+        if saved is not None:
+            self.resumed_epoch(saved)
+
+    def resumed_epoch(self, saved: Epoch) -> None:
+        """``--resume`` found ``saved`` in this peer's run directory. By default the peer plays
+        that run again; a transport whose epoch the swarm decides overrides this."""
+        self.epoch = saved
+
+    def agree_epoch(self) -> Epoch:
+        """The epoch this peer signs in from its first exchange on (called once, just before
+        it). By default its own; transports whose peers agree on one override this."""
+        return self.epoch
+
+    def _settle(self) -> None:
+        """Before this peer's first signature: fix the epoch, keep it in the run directory, and
+        read what this identity last signed in it."""
+        if self._settled:
+            return
+        self.epoch, self._settled = self.agree_epoch(), True
+        if self.run_dir is not None:
+            save_epoch(self.run_dir, self.epoch)
+        self._signed_before = self.signed_log.last(self.epoch) if self.signed_log is not None else None
+        log.info("%s signs in epoch %s of swarm %r", self.peer_id, self.epoch, self.swarm_id)
 
     def ready(self) -> None:
         """Called before an exchange's deadline starts: a transport's start gate (wait for
         ``min_peers`` before the first round) belongs here, so it never eats an exchange's time."""
+
+    def vouches_for(self, peer: str) -> bool:
+        """Whether ``peer`` joined through this process or job (a board member, a torch rank):
+        a swarm strangers cannot join, so it is never a newcomer (``core.newcomers``). Open
+        transports (HiveMind: anyone may announce a membership) vouch for nobody."""
+        return False
 
     def is_member(self, peer: str) -> bool:
         """Whether ``peer`` holds an established membership on this transport (worth the full
@@ -234,17 +268,16 @@ class ByteBackend(Communication):
         basis: Sequence[Ref] = (),
     ) -> ExchangeResult:
         self.ready()
+        self._settle()
         if self._signed_before is not None and (round, stage) <= self._signed_before:
             log.warning("%s signed r%d/s%d before it was restarted: sits this exchange out", self.peer_id, round, stage)
             return ExchangeResult({self.peer_id: tuple(bodies)}, bases={self.peer_id: tuple(sorted(basis))})
         deadlines = Deadlines.of(time.monotonic(), timeout)  # the protocol core's phase deadlines
         self.quarantined, self.fresh_wait = frozenset(ignore), FRESH_SHARE * timeout
         self._forget(round)
-        known = [self._records.get((round, ref.stage, ref.sender)) for ref in basis]
-        refs = [rec[1] for ref, rec in zip(basis, known) if rec is not None and rec[0].hex() == ref.digest]
-        evidence = [blob for _, a, b in list(self.proofs.values())[-(MAX_EVIDENCE // 2) :] for blob in (a, b)]
-        payload = self.codec.encode(self.peer_id, round, stage, bodies, refs, evidence)
-        mine = Commitment(self.swarm_id, round, stage, self.peer_id, hashlib.sha256(payload).digest(), len(payload), self.account)
+        payload = self.codec.encode(self.peer_id, round, stage, bodies, self.ledger.signed(round, basis), self.ledger.evidence())
+        digest = hashlib.sha256(payload).digest()
+        mine = Commitment(self.swarm_id, self.epoch.value, round, stage, self.peer_id, digest, len(payload), self.account)
         dropped: dict[str, str] = {}
         proven = set(self.proofs)
         commits = self._commitments(mine, deadlines.commit, dropped)
@@ -252,21 +285,25 @@ class ByteBackend(Communication):
         reveal = self._reveal(round, stage, payload, commits, deadlines.reveal)
         received: dict[str, tuple[Body, ...]] = {}
         bases: dict[str, tuple[Ref, ...]] = {}
+        costs: dict[str, float] = {}
         late: set[str] = {p for p, why in dropped.items() if why == NO_COMMITMENT}
         for sender in commits:  # commitment order: who produced identical content first
             if sender == self.peer_id:
                 received[sender], bases[sender] = tuple(bodies), tuple(sorted(basis))
                 continue
+            start = time.thread_time()
             try:
                 envelope = self._open(reveal.payloads.get(sender), commits[sender], body_type)
-                bases[sender] = self._references(envelope)
+                bases[sender] = self.ledger.references(envelope, self.verify)
                 received[sender] = tuple(envelope.bodies)
             except PayloadError as e:
                 dropped[sender] = str(e)
                 if sender not in reveal.payloads:
                     late.add(sender)
                     self._missed([sender], round)
-        equivocators = {p: f"signed two commitments for r{r}: {_short(a)} and {_short(b)}" for p, (r, a, b) in self.proofs.items() if p not in proven}
+            finally:  # decoding it and checking its references: charged to it (ExchangeResult.costs)
+                costs[sender] = time.thread_time() - start
+        equivocators = {p: proof.describe() for p, proof in self.proofs.items() if p not in proven}
         for sender in equivocators:
             received.pop(sender, None)
         for sender, why in dropped.items():
@@ -282,6 +319,8 @@ class ByteBackend(Communication):
             digests={s: c.digest.hex() for s, c in commits.items() if s in received},
             bases={s: b for s, b in bases.items() if s in received},
             equivocators=equivocators,
+            costs={s: c for s, c in costs.items() if s in received},
+            vouched=frozenset(s for s in received if self.vouches_for(s)),
         )
 
     def _reveal(self, round: int, stage: int, payload: bytes, commits: Mapping[str, Commitment], deadline: float) -> RawExchange:
@@ -300,37 +339,8 @@ class ByteBackend(Communication):
         rest = self._exchange_bytes(round, stage, "reveal", payload, _left(deadline), waited | {self.peer_id})
         return RawExchange({**first.payloads, **rest.payloads}, first.expected)
 
-    def _references(self, envelope: Envelope[Any]) -> tuple[Ref, ...]:
-        """The earlier payloads a sender's inputs were built from, each signed commitment checked
-        (a forged one, or one for another swarm, round or a later stage, is provable: the payload
-        is dropped); evidence it passes on is remembered (equivocation proofs follow)."""
-        refs = []
-        for blob in envelope.basis:
-            record = read_commitment(blob, self.verify)
-            if (record.swarm, record.round) != (self.swarm_id, envelope.round) or record.stage >= envelope.stage:
-                raise PayloadError(f"its basis names {record.sender[:64]} r{record.round}/s{record.stage}, not an earlier stage of r{envelope.round}")
-            self._remember(record, blob)
-            refs.append(Ref(record.stage, record.sender, record.digest.hex()))
-        for blob in envelope.evidence:
-            record = read_commitment(blob, self.verify)
-            if record.swarm == self.swarm_id and record.round >= envelope.round - KEEP_ROUNDS:  # an old proof is not replayed forever
-                self._remember(record, blob)
-        return tuple(sorted(set(refs)))
-
-    def _remember(self, record: Commitment, blob: bytes) -> None:
-        """Keep a validly signed commitment; a second one for the same (round, stage, sender)
-        with another digest is a proof of equivocation."""
-        key = (record.round, record.stage, record.sender)
-        seen = self._records.setdefault(key, (record.digest, blob))
-        if seen[0] != record.digest and record.sender not in self.proofs:
-            self.proofs[record.sender] = (record.round, seen[1], blob)
-            log.warning("%s: %s signed two commitments for r%d/s%d (equivocation)", self.peer_id, record.sender, record.round, record.stage)
-
     def _forget(self, round: int) -> None:
-        for key in [k for k in self._records if k[0] < round - KEEP_ROUNDS]:
-            del self._records[key]
-        for peer in [p for p, proof in self.proofs.items() if proof[0] < round - KEEP_ROUNDS]:
-            del self.proofs[peer]
+        self.ledger.forget(round)
         for peer in [p for p, r in self._late.items() if round >= waited_for_again(r)]:
             del self._late[peer]
         self._silent = {p: r for p, r in self._silent.items() if r >= round}
@@ -340,8 +350,9 @@ class ByteBackend(Communication):
         Quarantined senders are skipped unread; a forged, replayed or oversized one is dropped."""
         round, stage = mine.round, mine.stage
         signed = encode_signed("commit", mine, self.identity.sign)
-        self._log_signed(round, stage)
-        self._remember(mine, signed)
+        if self.signed_log is not None:  # before the commitment leaves this process: a kill after this line is safe
+            self.signed_log.record(self.epoch, round, stage)
+        self.ledger.remember(mine, signed)
         raw = self._exchange_bytes(round, stage, "commit", signed, _left(deadline))
         dropped.update(dict.fromkeys(raw.missing - self.quarantined, NO_COMMITMENT))
         self._missed(raw.missing - self.quarantined, round)
@@ -354,12 +365,14 @@ class ByteBackend(Communication):
                 where = (record.swarm, record.round, record.stage, record.sender)
                 if where != (self.swarm_id, round, stage, sender):
                     raise PayloadError(f"commitment is for {where}, not ({self.swarm_id!r}, {round}, {stage}, {sender!r})")
+                if not self.ledger.names_this_run(record):  # an earlier run of a same-named swarm
+                    raise PayloadError(f"commitment is for epoch {record.epoch.hex()[:12]} of {record.swarm!r}, not this run's {self.epoch}")
                 if record.size > self.codec.max_bytes:
                     raise PayloadError(f"commits to {record.size} bytes, over the limit of {self.codec.max_bytes}")
             except PayloadError as e:
                 dropped[sender] = str(e)
                 continue
-            self._remember(record, blob)
+            self.ledger.remember(record, blob)
             commits[sender] = record
         return commits
 
@@ -382,7 +395,3 @@ NO_COMMITMENT = "late: no commitment before the deadline"  # a sentence for peop
 
 def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.0)
-
-
-def _short(blob: bytes) -> str:
-    return hashlib.sha256(blob).hexdigest()[:12]

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from genrl_swarm.comm.epoch import EPOCH_BYTES
 from genrl_swarm.core.bodies import Body, Envelope
 from genrl_swarm.core.decoders import envelope_decoder, msgpack_decoder
 from genrl_swarm.core.identity import SIGNATURE_BYTES
@@ -70,9 +71,11 @@ class Codec:
 class Commitment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What a peer promises to reveal for (swarm, round, stage): the sha256 and size of its
     payload, published before anyone reveals. A copier cannot commit to a payload it has not
-    seen yet, and a record signed for one (swarm, round, stage) is useless for another."""
+    seen yet, and a record signed for one (swarm, epoch, round, stage) is useless for another
+    (``epoch``: the run, see ``comm.epoch``)."""
 
     swarm: _Name
+    epoch: Annotated[bytes, msgspec.Meta(min_length=EPOCH_BYTES, max_length=EPOCH_BYTES)]
     round: Annotated[int, msgspec.Meta(ge=0)]
     stage: Annotated[int, msgspec.Meta(ge=0)]
     sender: _Name

@@ -16,15 +16,18 @@ from typing import Any
 
 from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES
+from genrl_swarm.comm.epoch import Epoch
 from genrl_swarm.core.identity import Identity
 
 Slot = tuple[int, int, str]  # round, stage, phase
 
 
 class InMemorySwarm:
-    """The shared board peers post to; one condition variable wakes the waiters."""
+    """The shared board peers post to; one condition variable wakes the waiters. It draws the
+    swarm's epoch (``comm.epoch``): every member signs in it."""
 
-    def __init__(self, keep_rounds: int = 4, max_boards_per_sender: int = 64) -> None:
+    def __init__(self, keep_rounds: int = 4, max_boards_per_sender: int = 64, epoch: Epoch | None = None) -> None:
+        self.epoch = epoch or Epoch.new()
         self.members: set[str] = set()
         self.keys: dict[str, bytes] = {}  # member -> public key, announced on joining
         self._handles: dict[str, object] = {}
@@ -132,6 +135,7 @@ class InMemoryBackend(ByteBackend):
     def __init__(self, swarm: InMemorySwarm, peer_id: str, max_bytes: int = DEFAULT_MAX_BYTES, identity: Identity | None = None) -> None:
         super().__init__(max_bytes, identity)
         self.swarm, self._peer_id = swarm, peer_id
+        self.epoch = swarm.epoch
         self._handle = swarm.join(peer_id, self.identity.public_key)
         self.keys = swarm.keys  # members' keys, as they announced them on joining
 
@@ -146,6 +150,16 @@ class InMemoryBackend(ByteBackend):
 
     def is_member(self, peer: str) -> bool:
         return peer in self.swarm.members
+
+    def vouches_for(self, peer: str) -> bool:
+        return peer in self.swarm.members  # joined through this process's code: a stranger only posts
+
+    def resumed_epoch(self, saved: Epoch) -> None:
+        """Not taken: an in-process swarm restarts whole, so the board's fresh epoch is what
+        makes replaying the rounds after the last checkpoint safe (``comm.epoch``)."""
+
+    def agree_epoch(self) -> Epoch:
+        return self.swarm.epoch
 
     def _exchange_bytes(
         self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None

@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, MAX_RECORD_BYTES
+from genrl_swarm.comm.epoch import EPOCH_BYTES, Epoch
 from genrl_swarm.comm.errors import SwarmFailure
 from genrl_swarm.comm.torchrun import under_torchrun
 from genrl_swarm.core.identity import Identity, public_key_of
@@ -105,6 +106,7 @@ class TorchBackend(ByteBackend):
         size = dist.get_world_size(self._group)
         self.ranks = [dist.get_global_rank(self._group, i) if self._group is not None else i for i in range(size)]
         self.peer_ids = self._introduce(init_timeout)
+        self._init_timeout = init_timeout
 
     @property
     def peer_id(self) -> str:
@@ -139,6 +141,19 @@ class TorchBackend(ByteBackend):
                     )
                 seen[value] = i
         return ids
+
+    def vouches_for(self, peer: str) -> bool:
+        return peer in self.peer_ids  # a rank of this job
+
+    def agree_epoch(self) -> Epoch:
+        """The group's first rank's epoch (its run directory's on ``--resume``, else drawn when it
+        started), all-gathered before the first exchange: the ranks of one job are one operator's
+        processes, so one of them speaks for the run, and every rank resumes its epoch with it."""
+        got = self._all_gather(self.epoch.value, EPOCH_BYTES, time.monotonic() + self._init_timeout, "the epoch")
+        first = got.blobs[0]
+        if first is None or len(first) != EPOCH_BYTES:
+            raise SwarmFailure(f"rank {self.ranks[0]} sent no epoch ({got.bad.get(0, 'wrong length')}): restart the job")
+        return Epoch(first)
 
     def _wait(self, work: Any, deadline: float, what: str) -> None:
         remaining = max(deadline - time.monotonic(), 0.001)

@@ -32,6 +32,7 @@ from genrl_swarm.core.interfaces import (
     RewardManager,
     RunInterrupted,
 )
+from genrl_swarm.core.newcomers import Newcomers
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.trust import SenderBook, TrustConfig
 from genrl_swarm.core.types import Drop, DropKind, Ref, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput, tie_break
@@ -107,6 +108,7 @@ class GameManager:
         self.interrupted = False
         self._stop = threading.Event()
         self.book = SenderBook(trust or TrustConfig(), comm.peer_id)
+        self.newcomers = Newcomers(comm.peer_id)  # ids without history: a few read a round where reading one costs a task rebuild
         comm.claim_account(coordinator.account)  # signed into commitments: how peers credit it on chain
         data.attach(self)
         envelope_decoder(policy.body_type)  # built now, before the peer threads decode at once (core.decoders)
@@ -153,7 +155,7 @@ class GameManager:
             mark = len(state.drops)
             rebuilt = self._rebuild(state, s, basis, exchange, received)
             tasks_of = functools.partial(self.data.tasks_for, r) if self.data.per_peer and s == 0 else None
-            state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of, rebuilt, self.data.tasks_differ)
+            state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of, rebuilt, self.data.tasks_differ, exchange.costs)
             metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(state.drops) - mark}
             _fire(self.hooks.after_stage, self, state, s, exchange)
             if per_stage:
@@ -171,6 +173,7 @@ class GameManager:
         if self._eval_due(r):
             metrics |= self.evaluate()
         self.book.close_round(r, state.drops)
+        self.newcomers.close_round(r, {x.peer_id for x in state.rollouts})
         metrics |= self.book.counters() | {"trust/quarantined": float(len(self.book.quarantined(r + 1)))}
         result = RoundResult(r, self.peer_id, rewards.mean_by_peer(), rewards.winners(), metrics, state.drops_by_peer())
         self.coordinator.report(result)
@@ -182,7 +185,9 @@ class GameManager:
         self, state: GameState, r: int, s: int, bodies: Sequence[Body], basis: Sequence[Ref]
     ) -> tuple[ExchangeResult, dict[str, tuple[Body, ...]]]:
         """Send this stage's bodies; what the swarm sent, minus payloads dropped by the backend,
-        proven equivocators and senders over their budgets (each drop recorded in ``state``)."""
+        proven equivocators, senders over their budgets and, where reading a sender costs a
+        rebuild of its tasks (per-peer questions), newcomers past the round's admissions (each
+        drop recorded in ``state``)."""
         body_type, quarantined = self.policy.body_type, self.book.quarantined(r)
         exchange = self.comm.exchange(r, s, bodies, self.config.exchange_timeout, body_type, quarantined, basis)
         self._check_stop()
@@ -190,6 +195,8 @@ class GameManager:
         drops = [Drop(p, s, None, why, DropKind.LATE if p in exchange.late else DropKind.PAYLOAD) for p, why in exchange.dropped.items()]
         drops += [Drop(p, s, None, why, DropKind.EQUIVOCATION) for p, why in exchange.equivocators.items()]
         drops += self.book.over_budget(s, exchange.received, exchange.sizes)
+        if self.data.per_peer:  # a newcomer dropped above takes no admission
+            drops += self.newcomers.turn_away(r, s, exchange.received.keys() - {d.peer_id for d in drops}, exchange.vouched)
         state.drops.extend(drops)
         over = {d.peer_id for d in drops}
         received = {peer: b for peer, b in exchange.received.items() if peer not in over}

@@ -172,7 +172,11 @@ class ExchangeResult:
     the payload each received sender committed to (hex sha256), what a later stage's ``Ref``
     names; ``bases``: the earlier payloads each sender says its inputs were built from, their
     signed commitments verified; ``equivocators``: senders proven to have signed two
-    commitments for one (round, stage), with the proof described."""
+    commitments for one (round, stage), with the proof described. ``costs``: seconds of this
+    thread's CPU the transport spent reading each received sender's payload (decoding it,
+    checking the signed records it passes on), charged to that sender's budget like checking
+    its bodies; ``vouched``: senders the transport itself vouches for (members of a swarm it
+    closes to strangers: the peers of one process, the ranks of one job), never newcomers."""
 
     received: dict[str, tuple[Body, ...]]  # peer id -> bodies, own included, in commitment order
     dropped: dict[str, str] = field(default_factory=dict)  # sender -> reason
@@ -183,6 +187,8 @@ class ExchangeResult:
     digests: dict[str, str] = field(default_factory=dict)
     bases: dict[str, tuple[Ref, ...]] = field(default_factory=dict)
     equivocators: dict[str, str] = field(default_factory=dict)
+    costs: dict[str, float] = field(default_factory=dict)
+    vouched: frozenset[str] = frozenset()
 
     def summary(self) -> str:
         want = "?" if self.expected is None else str(self.expected)

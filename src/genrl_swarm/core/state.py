@@ -58,6 +58,7 @@ class GameState:
         tasks_of: TasksOf | None = None,
         rebuilt: Mapping[str, Mapping[str, StageInput]] | None = None,
         tasks_differ: bool = False,
+        charged: Mapping[str, float] | None = None,
     ) -> list[Drop]:
         """Store a stage: the inputs shown locally, and each peer's bodies (own included) that
         answer one of *those* inputs. A body for an unknown task, for an input other than the
@@ -75,7 +76,9 @@ class GameState:
         since what went into a later input depends on what each peer received. With
         ``tasks_differ`` (``DataManager.tasks_differ``: honest peers' shared tasks can differ) a
         body for a task this peer does not play is ``DropKind.FOREIGN``, never counted; otherwise
-        every honest peer holds the same tasks (or rebuilds the sender's), so it is ``REFUSED``."""
+        every honest peer holds the same tasks (or rebuilds the sender's), so it is ``REFUSED``.
+        ``charged``: CPU seconds already spent on a sender's payload (its transport's reading of
+        it, ``ExchangeResult.costs``), counted against the same budget."""
         mine = {i.task_id: i for i in inputs}
         self.inputs[stage] = dict(mine)
         known = self.sources.setdefault(stage, {})
@@ -85,8 +88,9 @@ class GameState:
         producers: dict[tuple[str, bytes], str] = {}  # (task, content) -> first sender
         for peer, bodies in received.items():
             seen: set[str] = set()
-            start = time.thread_time()
-            theirs = {t.id: t for t in tasks_of(peer)} if tasks_of is not None and peer != self.peer_id else None
+            start = time.thread_time() - (charged or {}).get(peer, 0.0)
+            rebuild = tasks_of is not None and peer != self.peer_id and len(bodies) > 0  # nothing to check: nothing to rebuild
+            theirs = {t.id: t for t in tasks_of(peer)} if rebuild and tasks_of is not None else None
             allowed: Mapping[str, StageInput] = mine if theirs is None else {i: t.input(stage) for i, t in theirs.items()}
             allowed = (rebuilt or {}).get(peer, allowed)
             if len(bodies) > len(inputs):  # one body per task at most: the rest is never looked at

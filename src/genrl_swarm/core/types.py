@@ -120,6 +120,7 @@ class DropKind(enum.StrEnum):
     VIEW = "view"  # answers an input built from payloads this peer does not hold as the sender named them
     FOREIGN = "foreign"  # a task this peer does not play: honest peers' tasks can differ (per-peer mixes, curriculum levels)
     LOCAL = "local"  # refused by this peer's own settings (its tokenizer, max_new_tokens, ...): honest peers' settings differ
+    FRESH = "fresh"  # an id without history past the newcomers this peer reads a round (core.newcomers): not read
 
     @property
     def hard(self) -> bool:

@@ -37,6 +37,7 @@ KIND_LABELS = {
     DropKind.VIEW: "different view",
     DropKind.FOREIGN: "not a task here",
     DropKind.LOCAL: "this peer's settings",
+    DropKind.FRESH: "newcomer, not read",
 }
 
 

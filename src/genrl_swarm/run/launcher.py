@@ -30,6 +30,7 @@ from genrl_swarm.config import (
     resolve,
     validate,
 )
+from genrl_swarm.coord import keys
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
 from genrl_swarm.core.identity import IdentityError
 from genrl_swarm.core.interfaces import Coordinator
@@ -168,8 +169,7 @@ def _build_game(
         manager = GameManager(data, reward, policy, learner, comm, coordinator, game, Hooks(), trust=trust)
     except ValueError as e:  # a component that cannot serve this game (DataManager.attach's checks)
         raise RecipeError(f"data: {e}") from e
-    if not comm.in_process:  # a swarm in one process dies whole: no survivor holds a first commitment
-        comm.keep_signed_log(directory / "last_signed")  # honoured on --resume and --overwrite alike
+    comm.bind_run(directory, resume)  # its epoch (kept on --resume) and what it signed last per epoch (kept always)
     checkpoint = latest_checkpoint(directory / "checkpoints") if resume else None
     carried = None
     if checkpoint is not None:
@@ -260,6 +260,7 @@ def _release(m: GameManager) -> None:
 
 def run_recipe(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None, overwrite: bool = False, keep_results: bool = True) -> RunSummary:
     """Build and run the peers hosted here; returns once every one of them stopped and saved."""
+    keys.take()  # the chain key out of the environment before any peer starts a child process
     managers, run = build_managers(cfg, resume, stream, overwrite)
     signals = StopSignals(functools.partial(stop_all, managers), stream)
     results = run_managers(managers, stream, keep_results, signals)

@@ -11,6 +11,8 @@
   raises SwarmFailure within its timeout, and ``close()`` frees the identity lock.
 * **Catch-up** (``swarm_round``) follows only a round a quorum of live members' signed records
   attests, and never more than ``max_jump`` rounds past this peer's own.
+* **The run** (epoch) is learned at join from the peers this one joins through, or fixed by
+  the first peer (``genesis.py``); members of another run are not members of this one.
 * **Whom to pull from** is the protocol core's exchange strategy (``communication.strategy``):
   ``all`` (every live member), ``pull_k`` (k drawn at random) or ``pull_spare`` (k + spares,
   revealing once k + extra committed). The draw is seeded by (swarm, peer, round, stage), so the
@@ -22,21 +24,25 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, MAX_RECORD_BYTES
+from genrl_swarm.comm.epoch import Epoch
 from genrl_swarm.comm.errors import SwarmFailure
 from genrl_swarm.comm.hivemind.boot import NEW_PEER, PeerIdentity, check_multiaddrs, initial_peers_from_env, start_dht
+from genrl_swarm.comm.hivemind.genesis import ids_in, swarm_epoch
 from genrl_swarm.comm.hivemind.loop import LoopThread
-from genrl_swarm.comm.hivemind.members import MAX_LIFETIME, MemberValidator, attested_round
+from genrl_swarm.comm.hivemind.members import MAX_LIFETIME, MemberRecord, MemberValidator, MemberView, attested_round
 from genrl_swarm.comm.hivemind.membership import Membership
 from genrl_swarm.comm.hivemind.peers import AddressBook
 from genrl_swarm.comm.hivemind.process import kill_all, p2pd_of, running
 from genrl_swarm.comm.hivemind.streams import Puller, SlotStore, serve, serve_unary
+from genrl_swarm.comm.signed_log import SignedLog
 from genrl_swarm.core.trust import LATE_WINDOW, waited_for_again
 from genrl_swarm.protocol import Plan, Strategy, make_strategy
 
@@ -106,6 +112,8 @@ class HivemindBackend(ByteBackend):
         self.book = AddressBook(book_path, self.peer_id)
         self._sightings: dict[str, float] = {}  # peer -> last traffic from it (written on the event loop)
         self.plans: dict[tuple[int, int], Plan] = {}  # (round, stage) -> the plan used (the last few)
+        self._through: frozenset[str] = frozenset()  # the peers this one joins through: whose epoch it plays
+        self._epoch_lock = threading.Lock()  # the membership thread follows the swarm's epoch until the first exchange
         try:
             self._start(configured, list(host_maddrs), startup_timeout, max_concurrency, nat_traversal)
         except BaseException:
@@ -131,8 +139,20 @@ class HivemindBackend(ByteBackend):
         if str(self.p2p.peer_id) != self.peer_id:
             raise SwarmFailure(f"p2pd runs as {self.p2p.peer_id}, not as identity {self.peer_id} from {self._key.path}")
         self.membership = Membership(
-            self.dht, self.identity, self.swarm_id, self._maddrs, self.liveness, self.call_timeout, self._own_round, self.book, self._sightings
+            self.dht,
+            self.identity,
+            self.swarm_id,
+            self._maddrs,
+            self.liveness,
+            self.call_timeout,
+            self._own_round,
+            self.book,
+            self._sightings,
+            epoch_of=lambda: self.epoch.value,
+            on_view=self._follow_swarm,
         )
+        self._through = ids_in(configured + remembered) - {self.peer_id}
+        self._follow_swarm(MemberView(self.membership.read()).live(self.liveness, {}))  # before announcing any epoch
         self.membership.start()
 
     async def _open_streams(self, concurrency: int) -> None:
@@ -154,6 +174,42 @@ class HivemindBackend(ByteBackend):
     @property
     def peer_id(self) -> str:
         return self.identity.peer_id
+
+    def _follow_swarm(self, records: Mapping[str, MemberRecord] | None = None) -> None:
+        """Until its first exchange this peer plays the epoch its swarm announces (``genesis``):
+        called at start and after every read of the members (``records``: the live ones, all
+        epochs; default: the membership's view)."""
+        with self._epoch_lock:
+            if self._settled:
+                return
+            seen = self.membership.announced() if records is None else records
+            epoch = swarm_epoch({p: r for p, r in seen.items() if p != self.peer_id}, self._through, self.epoch)
+            if epoch != self.epoch:
+                log.info("%s plays epoch %s of swarm %r, as its members announce", self.peer_id, epoch, self.swarm_id)
+                self.epoch = epoch
+
+    def resumed_epoch(self, saved: Epoch) -> None:
+        """``--resume`` brings the run directory's epoch: kept where this peer starts the swarm or
+        the swarm plays it; a swarm that plays another is a new run (``genesis``)."""
+        with self._epoch_lock:
+            self.epoch = saved
+        self._follow_swarm()
+
+    def agree_epoch(self) -> Epoch:
+        """The swarm's epoch as this peer sees it now; from here on it no longer follows."""
+        self._follow_swarm()
+        with self._epoch_lock:
+            self._settled = True
+            return self.epoch
+
+    def bind_run(self, directory: Path, resume: bool) -> None:
+        """As ``ByteBackend.bind_run``, but an identity file keeps what it signed beside it
+        (``<identity>.signed``): on HiveMind the epoch is the swarm's word, not this run
+        directory's, so the guard must hold whichever directory (or cleared ``runs/``) the
+        identity is used from. A temporary identity never signs in two runs."""
+        super().bind_run(directory, resume)
+        if self._key.lock is not None:
+            self.signed_log = SignedLog(self._key.path.with_name(f"{self._key.path.name}.signed"))
 
     def visible_maddrs(self) -> list[str]:
         return list(self._maddrs)

@@ -52,6 +52,8 @@ class MemberRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     maddrs: Annotated[tuple[_Maddr, ...], msgspec.Meta(max_length=MAX_MADDRS)]
     incarnation: int  # random per process: tells a twin using the same identity from a restart
     leaving: bool = False  # the peer closed: nobody waits for it any more
+    #: The run it plays (``comm.epoch``; ``hivemind.genesis``): members of another are not members of this one.
+    epoch: Annotated[bytes, msgspec.Meta(max_length=16)] = b""
 
 
 class SignedMember(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -2,9 +2,11 @@
 
 One thread owns every DHT call after start-up (hivemind's control pipe is not safe to share
 between threads), and every call has a deadline. It renews this peer's signed record every
-``liveness_timeout / 3`` seconds (sooner when its round changed), reads the members every
-``liveness_timeout / 4`` seconds, logs who joined and who stopped renewing (once per change),
-and remembers the peers' addresses for the next start.
+``liveness_timeout / 3`` seconds (sooner when its round or epoch changed), reads the members
+every ``liveness_timeout / 4`` seconds, logs who joined and who stopped renewing (once per
+change), and remembers the peers' addresses for the next start. Members are the peers whose
+records name this peer's epoch (``epoch_of``); records of every epoch are kept, to learn the
+swarm's at join (``genesis``).
 """
 
 from __future__ import annotations
@@ -39,15 +41,18 @@ class Membership:
         round_of: Callable[[], int],
         book: AddressBook,
         sightings: dict[str, float],
+        epoch_of: Callable[[], bytes] = lambda: b"",
+        on_view: Callable[[], None] = lambda: None,
     ) -> None:
         self.dht, self.identity, self.swarm, self.maddrs = dht, identity, swarm, tuple(maddrs[:8])
         self.liveness, self.call_timeout, self.round_of, self.book = liveness_timeout, call_timeout, round_of, book
-        self.sightings = sightings
+        self.sightings, self.epoch_of, self.on_view = sightings, epoch_of, on_view
         self.key, self.peer_id = members_key(swarm), identity.peer_id
         self.incarnation = secrets.randbits(62)
         self.view = MemberView({})  # replaced whole, never mutated: safe to read from any thread
         self.renew_every, self.read_every = liveness_timeout / 3, liveness_timeout / 4
         self._published: tuple[int, float] | None = None  # (round, issued) of the last record stored
+        self._published_epoch = b""
         self._alive_logged: frozenset[str] = frozenset()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"members-{self.peer_id[-6:]}", daemon=True)
@@ -60,7 +65,12 @@ class Membership:
         self._thread.start()
 
     def live(self) -> dict[str, MemberRecord]:
-        """Members heard of within the liveness timeout (this peer included)."""
+        """Members of this peer's epoch heard of within the liveness timeout (this peer included)."""
+        epoch = self.epoch_of()
+        return {p: r for p, r in self.announced().items() if r.epoch == epoch}
+
+    def announced(self) -> dict[str, MemberRecord]:
+        """Every live peer's newest record, whatever epoch it names (``genesis`` reads them)."""
         return self.view.live(self.liveness, self.sightings)
 
     def _call(self, submit: Callable[[], Any]) -> Any:
@@ -76,11 +86,12 @@ class Membership:
     def publish(self, leaving: bool = False) -> None:
         now = time.time()
         expires = now + self.liveness
-        record = MemberRecord(self.swarm, self.peer_id, self.round_of(), now, expires, self.maddrs, self.incarnation, leaving)
+        epoch = self.epoch_of()
+        record = MemberRecord(self.swarm, self.peer_id, self.round_of(), now, expires, self.maddrs, self.incarnation, leaving, epoch)
         ok = self._call(lambda: self.dht.store(self.key, seal(record, self.identity), expires, subkey=self.peer_id, return_future=True))
         if not ok:
             log.debug("%s: the DHT did not take this peer's membership record", self.peer_id)
-        self._published = (record.round, now)
+        self._published, self._published_epoch = (record.round, now), epoch
 
     def read(self) -> dict[str, MemberRecord]:
         found = self._call(lambda: self.dht.get(self.key, latest=True, return_future=True))
@@ -113,11 +124,13 @@ class Membership:
                 log.warning("%s: peer %s %s; no longer waited for", self.peer_id, peer, why)
             self._alive_logged = alive
         self.book.update({p: r.maddrs for p, r in self.view.records.items() if p in alive})
+        self.on_view()  # the backend follows its swarm's epoch until its first exchange
 
     def tick(self) -> None:
-        """One pass of the background loop: renew when due or when the round changed, then read."""
+        """One pass of the background loop: renew when due or when the round or epoch changed, then read."""
         last = self._published
-        if last is None or time.time() - last[1] >= self.renew_every or self.round_of() != last[0]:
+        due = last is None or time.time() - last[1] >= self.renew_every or self.round_of() != last[0]
+        if due or self.epoch_of() != self._published_epoch:
             self.publish()
         self.refresh()
 
