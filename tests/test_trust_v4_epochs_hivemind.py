@@ -16,13 +16,11 @@ from pathlib import Path
 import pytest
 
 from genrl_swarm.comm.epoch import Epoch, save_epoch, saved_epoch
+from genrl_swarm.comm.hivemind.dht import HivemindBackend
 from genrl_swarm.comm.signed_log import SignedLog
 from genrl_swarm.core.interfaces import ExchangeResult
 
 from helpers import Echo
-
-pytest.importorskip("hivemind")
-from genrl_swarm.comm.hivemind.dht import HivemindBackend  # noqa: E402
 
 pytestmark = pytest.mark.slow  # p2pd daemons
 SWARM = "epochs"
@@ -30,6 +28,7 @@ SWARM = "epochs"
 
 def pair(tmp_path: Path, run: str, resume: bool) -> tuple[HivemindBackend, HivemindBackend]:
     """a starts the swarm, b joins through it; each with its identity file and run directory."""
+    pytest.importorskip("hivemind")  # the backend starts p2pd through it (the modules import it lazily)
     a = HivemindBackend(swarm=SWARM, identity_path=str(tmp_path / "a.key"), liveness_timeout=1.5)
     a.bind_run(tmp_path / run / "a", resume)
     b = HivemindBackend(initial_peers=a.visible_maddrs(), swarm=SWARM, identity_path=str(tmp_path / "b.key"), liveness_timeout=1.5)
