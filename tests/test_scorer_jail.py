@@ -221,11 +221,51 @@ def test_the_sandbox_refuses_to_start_where_the_kernel_cannot_build_it() -> None
         print("unconfined:", p.call("math:sqrt", 4.0), p.confinement.name)
         p.close()
     """)
-    done = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "sh", "-c", "echo 0 > /proc/sys/user/max_user_namespaces 2>/dev/null; exec \"$0\" -c \"$1\"", sys.executable, code],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    if "refused:" not in done.stdout and "unconfined: 2.0 JAILED" in done.stdout:
-        pytest.fail("nested user namespaces could not be forbidden here, so the refusal was not exercised: " + done.stdout)
+    done = _without_user_namespaces([sys.executable, "-c", code])
     assert "refused: the scorer sandbox cannot be built here" in done.stdout, done.stdout + done.stderr
     assert "unconfined: 2.0" in done.stdout, done.stdout + done.stderr
+
+
+def _without_user_namespaces(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` where the kernel refuses new user namespaces (the sandbox cannot be built)."""
+    script = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"'
+    return subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", script, "sh", *argv], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        (["data.datasets=[spiral_matrix]"], True),  # Reasoning Gym's own scorer: eval on the answer
+        (["data.datasets=[spiral_matrix]", "+reward.sandbox.unconfined=true"], False),  # the operator's explicit choice
+        (["data.datasets=[basic_arithmetic]"], False),  # scored by code written here: no sandbox needed
+    ],
+)
+def test_a_recipe_that_needs_the_sandbox_is_refused_at_start_where_the_kernel_cannot_build_it(overrides: list[str], refused: bool) -> None:
+    exe = str(Path(sys.executable).parent / "genrl-swarm")
+    done = _without_user_namespaces([exe, "validate", "--recipe", "reasoning_gym", "policy.model=tiny-random", *overrides])
+    lines = done.stderr.strip().splitlines()
+    if refused:
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert "reward.sandbox.unconfined=true" in lines[-1] and "spiral_matrix" in lines[-1], done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+
+
+def test_the_chain_key_is_gone_from_the_environment_before_any_child_starts(tmp_path: Path) -> None:
+    """The key passed as GENRL_SWARM_PRIVATE_KEY is still the EVM coordinator's, and no child the
+    peer starts afterwards (a scorer, a daemon, a tool sandbox) inherits it."""
+    key = "0x" + "ab" * 32
+    code = textwrap.dedent("""
+        import subprocess, sys
+        from genrl_swarm.run.launcher import run_recipe
+        from genrl_swarm.config import load_recipe
+        from genrl_swarm.coord.evm import load_private_key
+        run_recipe(load_recipe("bandit", ["game.max_rounds=1", "run.dir=%s", "run.console=false", "run.plot=false"]))
+        print("child:", subprocess.run(["env"], capture_output=True, text=True).stdout.count("GENRL_SWARM_PRIVATE_KEY"))
+        print("coordinator:", load_private_key(None) == %r)
+    """) % (tmp_path / "run", key)
+    env = {**os.environ, "GENRL_SWARM_PRIVATE_KEY": key}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert "child: 0" in done.stdout and "coordinator: True" in done.stdout, done.stdout + done.stderr

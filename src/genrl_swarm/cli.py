@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from genrl_swarm import __version__
 from genrl_swarm.config import check_components, load_recipe, packaged_recipes, resolve, validate
+from genrl_swarm.coord import keys
 from genrl_swarm.run.failures import Status, command
 from genrl_swarm.run.quiet import quiet_third_party
 from genrl_swarm.run.stopping import exit_status
@@ -151,6 +152,7 @@ def _report_native_crashes() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    keys.take()  # the chain key out of the environment before any child process can inherit it
     args = _parser().parse_args(argv)
     _report_native_crashes()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

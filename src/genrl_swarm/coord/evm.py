@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from genrl_swarm.coord import keys
 from genrl_swarm.coord.errors import CoordinatorError
 from genrl_swarm.coord.scores import REWARD_SCALE, check_reward
 from genrl_swarm.core.interfaces import Coordinator
@@ -26,7 +27,7 @@ from genrl_swarm.core.types import RoundResult
 
 log = logging.getLogger(__name__)
 ARTIFACT = Path(__file__).with_name("SwarmCoordinator.json")
-KEY_ENV, RPC_ENV, CONTRACT_ENV = "GENRL_SWARM_PRIVATE_KEY", "GENRL_SWARM_RPC_URL", "GENRL_SWARM_CONTRACT"
+KEY_ENV, RPC_ENV, CONTRACT_ENV = keys.KEY_ENV, "GENRL_SWARM_RPC_URL", "GENRL_SWARM_CONTRACT"
 T = TypeVar("T")
 
 
@@ -113,8 +114,8 @@ def load_private_key(key_file: str | None, key_env: str = KEY_ENV) -> str:
             key = Path(key_file).expanduser().read_text().strip()
         except OSError as e:
             raise CoordinatorError(f"cannot read the private key file {key_file}: {e}") from e
-    elif os.environ.get(key_env):
-        key = os.environ[key_env].strip()
+    elif value := keys.lookup(key_env):
+        key = value.strip()
     else:
         raise CoordinatorError(f"no private key: set coordinator.key_file=PATH or the {key_env} environment variable")
     if len(key.removeprefix("0x")) != 64:

@@ -15,6 +15,8 @@ from typing import Any
 
 from genrl_swarm.core import DataManager, Task
 from genrl_swarm.data.questions import Questions
+from genrl_swarm.scoring.registry import Audit, need_sandbox
+from genrl_swarm.scoring.rg import where
 
 #: The nine specialities of the SAPO paper's swarm.
 SAPO_DATASETS = (
@@ -60,6 +62,8 @@ class ReasoningGymData(DataManager):
         weights = dict(datasets) if isinstance(datasets, Mapping) else dict.fromkeys(datasets, 1.0)
         if not weights or tasks_per_round < 1 or any(w < 0 for w in weights.values()):
             raise ValueError("need at least one dataset with a non-negative weight and tasks_per_round >= 1")
+        if sandboxed := [name for name in weights if where(name) is Audit.SANDBOXED]:
+            need_sandbox(f"the scorer of dataset {sandboxed[0]}")
         self.questions = Questions.parse(questions)
         self.per_peer = self.questions is Questions.PER_PEER
         self.peer_weights = {peer: dict(w) for peer, w in (peer_weights or {}).items()}

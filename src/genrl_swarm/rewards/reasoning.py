@@ -48,7 +48,9 @@ class ReasoningReward(RewardManager):
     ``scorer``: a plug-in accuracy function ``package.module:function(answer, gold) -> float``.
     It runs in the scorer sandbox unless ``scorer_audited`` says you wrote and audited it for
     text from strangers (then in-process, faster). ``sandbox``: the sandbox's limits
-    (``ScorerLimits`` fields: cpu_seconds, wall_seconds, memory_mb, file_mb, workers)."""
+    (``ScorerLimits`` fields: cpu_seconds, wall_seconds, memory_mb, file_mb, workers, unconfined);
+    where the kernel cannot build the sandbox, building this refuses to go on unless
+    ``unconfined`` is set."""
 
     def __init__(
         self,
@@ -61,8 +63,7 @@ class ReasoningReward(RewardManager):
     ) -> None:
         self.accuracy_weight, self.format_weight, self.lenient_weight = accuracy_weight, format_weight, lenient_weight
         self.scorer = Scorer(scorer, Audit.OURS if scorer_audited else Audit.SANDBOXED) if scorer else None
-        if sandbox or (scorer and not scorer_audited):
-            configure(limits_from(sandbox or {}), (scorer.partition(":")[0],) if scorer and not scorer_audited else ())
+        configure(limits_from(sandbox or {}), (scorer.partition(":")[0],) if scorer and not scorer_audited else ())
 
     def score(self, task: Task, input: StageInput, rollout: Rollout[Any]) -> list[float]:
         return [self._reward(task, text) for text in rollout.texts]

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from genrl_swarm.sandbox import jail
 from genrl_swarm.scoring import pool
 from genrl_swarm.scoring.jobs import ScorerLimits
 from genrl_swarm.scoring.pool import shared_pool
@@ -66,7 +67,34 @@ def limits_from(fields: Mapping[str, Any]) -> ScorerLimits:
 def configure(limits: ScorerLimits, modules: tuple[str, ...] = ()) -> None:
     """Limits and extra modules to preload for the process's sandbox. Effective before its first
     call; after it, limits that differ are refused (peers of one process share the sandbox)."""
-    global _limits, SANDBOX_MODULES
+    global _limits, SANDBOX_MODULES, _configured
     if _pool_started() and limits != _limits:
         raise ValueError(f"the scorer sandbox of this process already runs with {_limits}; every peer of a process shares it")
-    _limits, SANDBOX_MODULES = limits, tuple(dict.fromkeys((*SANDBOX_MODULES, *modules)))
+    _limits, SANDBOX_MODULES, _configured = limits, tuple(dict.fromkeys((*SANDBOX_MODULES, *modules))), True
+    if modules:
+        need_sandbox(f"the plug-in scorer module {modules[0]}")
+    _check_confinement()
+
+
+#: What this process will run in the sandbox (datasets, plug-in scorers), recorded when built;
+#: whether a reward manager configured it yet (its ``unconfined`` is known from then on).
+_needed: list[str] = []
+_configured = False
+
+
+def need_sandbox(why: str) -> None:
+    """Record that ``why`` (e.g. a dataset's scorer) runs in the sandbox: ``configure`` (which the
+    reward manager calls once built, after the data) refuses to go on where the kernel cannot
+    build the sandbox, unless the recipe's ``sandbox.unconfined`` says the operator accepts it."""
+    _needed.append(why)
+    if _configured:
+        _check_confinement()
+
+
+def _check_confinement() -> None:
+    if not _needed or _limits.unconfined or not (why := jail.probe()):
+        return
+    raise ValueError(
+        f"sandbox: {_needed[0]} runs third-party code on strangers' text, and the kernel cannot build its sandbox here "
+        f"({why}); allow user namespaces, or set reward.sandbox.unconfined=true to run it without (not recommended)"
+    )
