@@ -82,16 +82,16 @@ demo-marl: $(STAMP)
 # and the time of each phase. OMP_NUM_THREADS=1: one torch thread per process, two at a time.
 AGENT_ROUNDS ?= 3
 AGENT_EVAL_N ?= 32
+# The demos stop as `genrl-swarm run` does (Ctrl-C: 130, SIGTERM: 143, after a checkpoint). make passes
+# SIGTERM only to the command it started: a line make runs itself (no shell syntax: `env`, not VAR=...)
+# or that the shell replaces with `exec`; a command behind a shell would be left running.
 demo-agent: $(STAMP)
-	OMP_NUM_THREADS=1 AGENT_EVAL_N=$(AGENT_EVAL_N) PYTHON=$(BIN)/python scripts/demo_agent.sh runs/demo-agent $(AGENT_ROUNDS)
+	env OMP_NUM_THREADS=1 AGENT_EVAL_N=$(AGENT_EVAL_N) PYTHON=$(BIN)/python scripts/demo_agent.sh runs/demo-agent $(AGENT_ROUNDS)
 
 # GRPO alone from the untrained model (no warm-up): parsable calls rise, success stays 0 in 2 rounds.
-AGENT_GRPO_ARGS ?= policy.model=HuggingFaceTB/SmolLM2-135M-Instruct game.max_rounds=2 run.dir=runs/demo-agent-grpo run.tensorboard=false data.tasks=[calculator-1] data.max_turns=2 "data.prefill=['<tool_call>{\"name\": \"calculate\", \"arguments\": {\"expression\": \"','<answer>']" reward.shaping.call=0.1 reward.shaping.answer=0.05
+AGENT_GRPO_ARGS ?= policy.model=HuggingFaceTB/SmolLM2-135M-Instruct game.max_rounds=2 run.tensorboard=false data.tasks=[calculator-1] data.max_turns=2 "data.prefill=['<tool_call>{\"name\": \"calculate\", \"arguments\": {\"expression\": \"','<answer>']" reward.shaping.call=0.1 reward.shaping.answer=0.05
 demo-agent-grpo: $(STAMP)
-	$(BIN)/genrl-swarm run --overwrite --recipe agent $(AGENT_GRPO_ARGS)
-	$(BIN)/python benchmarks/bench_agent_demo.py --n $(AGENT_EVAL_N) --model HuggingFaceTB/SmolLM2-135M-Instruct --json runs/demo-agent-grpo/heldout_before.json
-	for peer in runs/demo-agent-grpo/peer-*/; do $(BIN)/python benchmarks/bench_agent_demo.py --n $(AGENT_EVAL_N) --model $$peer --json runs/demo-agent-grpo/heldout_$$(basename $$peer).json || exit 1; done
-	$(BIN)/python -m genrl_swarm.games.agent.report runs/demo-agent-grpo
+	exec env AGENT_EVAL_N=$(AGENT_EVAL_N) PYTHON=$(BIN)/python scripts/demo_agent_grpo.sh runs/demo-agent-grpo $(AGENT_GRPO_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -75,3 +75,18 @@ def test_a_run_directory_this_user_cannot_write_is_one_line_and_exit_5(tmp_path:
     run = tmp_path / "run"
     ended = python(CLI, ["run", "--recipe", "bandit", *QUIET, f"run.dir={run}"], wrap=without_write_permission(run))
     assert_storage_error(ended, "EACCES", run / "peer-0")
+
+
+@needs_namespaces
+@pytest.mark.slow  # an LM demo on the tiny model
+def test_a_full_disk_under_an_lm_checkpoint_is_one_line_and_exit_5(tmp_path: Path) -> None:
+    """safetensors and torch report a full disk without its errno: it is found from the disk."""
+    pytest.importorskip("transformers")
+    disk, kept = tmp_path / "disk", tmp_path / "kept"
+    args = ["policy.model=tiny-random", *QUIET, f"run.dir={disk / 'run'}", "game.max_rounds=100", "run.checkpoint_every=1", "run.keep_checkpoints=0"]
+    ended = python(DEMO, args, wrap=full_disk(disk, "3m", kept))
+    line = ended.line()
+    assert ended.status == 5 and "No space left on device (ENOSPC)" in line, (ended.status, ended.stderr[-3000:])
+    assert line.startswith(f"genrl-swarm: storage error: cannot write {disk / 'run'}/peer-"), line
+    for peer in (kept / "run").glob("peer-*"):  # no half checkpoint: each one there is complete
+        assert not [p.name for p in (peer / "checkpoints").iterdir() if p.name.startswith(".")]

@@ -64,8 +64,8 @@ def save_checkpoint(root: Path, round: int, parts: Mapping[str, Saveable], info:
     except Exception as e:
         cause = explain(tmp, e)  # torch and safetensors report a full disk without its errno
         shutil.rmtree(tmp, ignore_errors=True)
-        if cause is not None and cause is not e:
-            raise cause from e
+        if cause is not None:  # named by the checkpoint it was writing, not its removed temporary
+            raise OSError(cause.errno, cause.strerror, str(root / name)) from e
         raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -17,6 +17,7 @@ an evaluation that every peer finished: a stop before one says that none was mea
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recipe", default="reasoning_gym/digits")
     p.add_argument("overrides", nargs="*")
     a = p.parse_args(argv)
+    # Warnings and errors as log records, as genrl-swarm prints them; its INFO notes would crowd the demo's lines.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"demo: {a.recipe}: loading the recipe and the libraries", flush=True)  # torch's import alone takes seconds
     from genrl_swarm.run.failures import command  # the run's rules, after the first line
 
