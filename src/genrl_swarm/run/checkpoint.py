@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from genrl_swarm.run.storage import explain, writing
+from genrl_swarm.run.storage import saving, writing
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +51,16 @@ def save_checkpoint(root: Path, round: int, parts: Mapping[str, Saveable], info:
     root.mkdir(parents=True, exist_ok=True)
     name = f"round_{round:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+    final = root / name
     try:
-        for part_name, part in parts.items():
-            (tmp / part_name).mkdir()
-            with writing(tmp / part_name):
+        with saving(tmp, named=final):  # named by the checkpoint, not by its temporary (removed below)
+            for part_name, part in parts.items():
+                (tmp / part_name).mkdir()
                 part.save(tmp / part_name)
-        write_atomic(tmp / STATE_FILE, json.dumps({"round": round, **info}))
-        final = root / name
+            write_atomic(tmp / STATE_FILE, json.dumps({"round": round, **info}))
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except Exception as e:
-        cause = explain(tmp, e)  # torch and safetensors report a full disk without its errno
-        shutil.rmtree(tmp, ignore_errors=True)
-        if cause is not None:  # named by the checkpoint it was writing, not its removed temporary
-            raise OSError(cause.errno, cause.strerror, str(root / name)) from e
-        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -110,15 +110,16 @@ def failure(error: BaseException) -> Failure | None:
     return None
 
 
-def command(body: Callable[[], int], after_storage: str = "") -> int:
+def command(body: Callable[[], int], after_storage: str = "", interrupted: str = "genrl-swarm: interrupted while starting") -> int:
     """Run a command's ``body`` (which returns its status). A failure ends it with its one line
     (``after_storage`` appended to a storage error's: what continues the run) and its status; a
-    signal while the body starts ends it with 130 / 143. A bug keeps its traceback."""
+    signal while the body starts (before peers run, which stop by ``StopSignals``) ends it with
+    the line ``interrupted`` and 130 / 143. A bug keeps its traceback."""
     try:
         with terminate_like_interrupt():
             return body()
     except KeyboardInterrupt as e:  # before the peers ran (loading, building): nothing to save
-        print("genrl-swarm: interrupted while starting", file=sys.stderr)
+        print(interrupted, file=sys.stderr)
         return exit_status(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     except Exception as e:
         found = failure(e)

@@ -6,7 +6,7 @@ file-size limit (EFBIG, ``ulimit -f``), read-only (EROFS), not ours (EACCES, EPE
 needs the file and the reason in one line; Python's ``OSError`` from a failed ``write`` or
 ``close`` names no file, and libraries that write through C (torch's zip writer, safetensors)
 raise a ``RuntimeError`` that names no errno. ``writing`` adds the file to the first kind;
-``explain`` recognises the second kind from the state of the disk after the fact.
+``saving`` recognises the second kind from the state of the disk after the fact (``explain``).
 """
 
 from __future__ import annotations
@@ -47,6 +47,20 @@ def writing(path: Path) -> Iterator[None]:
         if e.filename is None and e.errno is not None:  # an OSError(message) of a program's own keeps its text
             e.filename = str(path)
         raise
+
+
+@contextmanager
+def saving(directory: Path, named: Path | None = None) -> Iterator[None]:
+    """Writes into ``directory`` by code that may lose the errno (a model's ``save_pretrained``,
+    torch.save): an error the disk explains is raised as that OSError, naming ``named`` (what the
+    operator knows the files by; ``directory`` itself by default)."""
+    try:
+        yield
+    except Exception as e:
+        cause = explain(directory, e)
+        if cause is None:
+            raise
+        raise OSError(cause.errno, cause.strerror, str(named or directory)) from e
 
 
 def explain(directory: Path, error: BaseException) -> OSError | None:

@@ -35,6 +35,8 @@ from genrl_swarm.envd.types import TaskSpec
 from genrl_swarm.games.agent.heldout import heldout_seeds
 from genrl_swarm.paradigms.agents.chat import ChatRenderer
 from genrl_swarm.paradigms.agents.episodes import Session
+from genrl_swarm.run.failures import command
+from genrl_swarm.run.storage import saving
 
 #: The demo's scaffolds (games/agent/demo.yaml data.prefill): a call's opening, then the answer tag.
 DEMO_PREFILL: tuple[str, ...] = ('<tool_call>{"name": "calculate", "arguments": {"expression": "', "<answer>")
@@ -118,6 +120,11 @@ def train(model: Any, episodes: Sequence[Episode], pad_id: int, epochs: int = 1,
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Train and save; an error is one line with its status, as genrl-swarm's (run/failures.py)."""
+    return command(lambda: _main(argv), interrupted="genrl-swarm: warm-up interrupted: nothing saved")
+
+
+def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--out", type=Path, required=True, help="where the warmed-up model and tokenizer are saved")
@@ -147,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     losses = train(model, episodes, int(pad), args.epochs, args.batch, args.lr, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
+    with saving(args.out):  # a full disk is a storage error, not safetensors' RuntimeError
+        model.save_pretrained(args.out)
+        tokenizer.save_pretrained(args.out)
     trained = sum(sum(e.loss_mask) for e in episodes)
     print(f"warm-up: {len(episodes)} synthetic episodes ({', '.join(args.tasks)}), {trained} model tokens trained, {len(losses)} steps")
     print(f"loss per step: {' '.join(f'{x:.3f}' for x in losses)}; {time.perf_counter() - start:.1f}s; saved to {args.out}")
