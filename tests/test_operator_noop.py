@@ -30,6 +30,7 @@ def test_an_agent_prompt_that_fills_the_token_limit_fails_the_first_round_naming
     assert not (tmp_path / "run" / "peer-0" / "metrics.jsonl").exists()  # not one round counted as played
 
 
+@pytest.mark.slow  # a tiny LM loaded and sampled
 def test_an_lm_prompt_and_its_completion_past_the_models_context_is_refused_naming_the_setting() -> None:
     policy = LMPolicy("tiny-random", {"max_new_tokens": 64, "num_generations": 1}, seed=0)
     context = policy.model.config.max_position_embeddings

@@ -23,6 +23,7 @@ def broken_model(tmp_path: Path) -> Path:
     return model
 
 
+@pytest.mark.slow  # four starts that import transformers
 @pytest.mark.parametrize("model", ["missing", "broken"])
 @pytest.mark.parametrize("module", [CLI, DEMO], ids=["run", "demo"])
 def test_a_model_that_cannot_load_is_one_line_and_exit_2_before_any_peer_is_built(module: list[str], model: str, tmp_path: Path) -> None:
