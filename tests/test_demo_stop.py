@@ -19,7 +19,6 @@ from genrl_swarm.run.metrics import read_metrics
 
 from helpers.operator import DEMO, QUIET, environment
 
-pytest.importorskip("transformers")  # the tiny model
 pytestmark = pytest.mark.slow  # an LM swarm stopped by a signal
 
 
@@ -39,6 +38,7 @@ def wait_for(check: Callable[[], object], proc: subprocess.Popen[bytes], out: Pa
 
 
 def test_sigterm_stops_the_demo_with_143_a_checkpoint_no_new_round_and_no_unmeasured_accuracy(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")  # the tiny model
     run, out = tmp_path / "run", tmp_path / "demo.out"
     args = ["policy.model=tiny-random", "game.max_rounds=100000", "game.eval_every=100000", f"run.dir={run}", *QUIET]
     with out.open("w") as sink:

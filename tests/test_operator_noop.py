@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")  # the tiny model's tokenizer and weights
 pytest.importorskip("torch")
 
 from genrl_swarm.core import Task
@@ -21,6 +20,7 @@ from helpers.operator import CLI, QUIET, python
 
 @pytest.mark.slow  # LM episodes on the environment service
 def test_an_agent_prompt_that_fills_the_token_limit_fails_the_first_round_naming_it(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")  # the tiny model's tokenizer and weights
     args = ["run", "--recipe", "agent", "policy.model=tiny-random", "data.max_tokens=40", "game.max_rounds=2", f"run.dir={tmp_path / 'run'}", *QUIET]
     ended = python(CLI, args)
     line = ended.line()
@@ -32,6 +32,7 @@ def test_an_agent_prompt_that_fills_the_token_limit_fails_the_first_round_naming
 
 @pytest.mark.slow  # a tiny LM loaded and sampled
 def test_an_lm_prompt_and_its_completion_past_the_models_context_is_refused_naming_the_setting() -> None:
+    pytest.importorskip("transformers")
     policy = LMPolicy("tiny-random", {"max_new_tokens": 64, "num_generations": 1}, seed=0)
     context = policy.model.config.max_position_embeddings
     fits, long = Task.create("What is 2 + 2?").input(0), Task.create("one " * context).input(0)

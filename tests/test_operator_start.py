@@ -12,8 +12,6 @@ import pytest
 
 from helpers.operator import CLI, DEMO, QUIET, python
 
-pytest.importorskip("transformers")  # the model check reads configs and tokenizers
-
 
 def broken_model(tmp_path: Path) -> Path:
     """A directory that looks like a model and is not one: its config is not JSON."""
@@ -27,6 +25,7 @@ def broken_model(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("model", ["missing", "broken"])
 @pytest.mark.parametrize("module", [CLI, DEMO], ids=["run", "demo"])
 def test_a_model_that_cannot_load_is_one_line_and_exit_2_before_any_peer_is_built(module: list[str], model: str, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")  # the model check reads configs and tokenizers
     path = tmp_path / "missing" if model == "missing" else broken_model(tmp_path)
     run = tmp_path / "run"
     given = ["run", "--recipe", "reasoning_gym/digits"] if module == CLI else []
