@@ -111,9 +111,19 @@ def make_errors(line: str) -> list[str]:
     return errors
 
 
+@cache
+def entry_point_groups() -> frozenset[str]:
+    """The entry-point groups plug-ins register under (``GROUP`` of envd/tasks/registry.py): dotted
+    like a module, but the name of a registry, not of code."""
+    node = _module_names(SRC / "genrl_swarm" / "envd" / "tasks" / "registry.py")["GROUP"]
+    assert isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+    return frozenset({node.value.value})
+
+
 def page_errors(text: str) -> list[str]:
     """Every stale name on a page: modules and names, imported names, source paths, make targets."""
-    errors = [e for name in sorted(set(DOTTED.findall(text))) if (e := dotted_error(name))]
+    names = sorted(set(DOTTED.findall(text)) - entry_point_groups())
+    errors = [e for name in names if (e := dotted_error(name))]
     for module, imported in IMPORT.findall(text):
         errors += [e for n in imported.replace(" ", "").strip(",").split(",") if n and (e := dotted_error(f"{module}.{n}"))]
     for path in sorted(set(SOURCE.findall(text))):
@@ -138,6 +148,7 @@ def test_the_checks_catch_stale_names() -> None:
     assert page_errors("With a warm-up first (`make demo-agent-warmup`).") == ["make demo-agent-warmup"]
     assert page_errors("```bash\nmake demo   # trains\nmake test-fast\n```\nmake sure `make demo*` works") == []
     assert page_errors("from genrl_swarm.core import GameManager, NoSuchThing") != []
+    assert page_errors('[project.entry-points."genrl_swarm.agent_tasks"]') == []  # a plug-in group, not a module
     assert page_errors("see src/genrl_swarm/core/game.py and genrl_swarm/core/nothing.py.") == [
         "genrl_swarm/core/nothing.py: no such file or folder under src/"
     ]

@@ -85,7 +85,7 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60.0) ->
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
-    host = HostConfig(tasks=TASKS, sandboxes=1, sandbox=SandboxLimits(memory_mb=256, wall_seconds=20.0))
+    host = HostConfig(tasks=tuple(TASKS), sandboxes=1, sandbox=SandboxLimits(memory_mb=256, wall_seconds=20.0))
     s = Served(EnvdConfig(workers=3, host=host))
     yield s
     s.stop()

@@ -23,7 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ttl", type=float, default=600.0, help="seconds a session may stay idle before it is closed")
     p.add_argument("--max-turns", type=int, default=16, help="turns per episode (default and ceiling)")
     p.add_argument("--openenv", action="store_true", help="speak OpenEnv's reset/step/state (WebSocket /ws, HTTP) instead of gRPC (extra: openenv)")
-    p.add_argument("--tasks", default="calculator,sql,kvstore", help="comma-separated tasks to offer (also: probe)")
+    p.add_argument(
+        "--tasks", default="", help="comma-separated tasks to offer (default: the packaged ones and every installed plug-in task; also: probe)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ class HostConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Limits and resources of one worker's sessions. ``max_turns``/``max_tokens`` are both the
     default and the ceiling a TaskSpec may lower."""
 
-    tasks: tuple[str, ...] = DEFAULT_TASKS
+    tasks: tuple[str, ...] = ()  # () -> offered(): DEFAULT_TASKS and every installed plug-in task
     sandboxes: int = 2
     sandbox: SandboxLimits = SandboxLimits()
     max_turns: int = 16
@@ -57,11 +57,16 @@ class HostConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     scratch_root: str = ""  # "" -> a fresh temporary directory
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.tasks) - set(TASKS))
+        unknown = TASKS.unknown(self.tasks)
         if unknown:
-            raise ValueError(f"unknown task {unknown[0]!r} (known: {', '.join(sorted(TASKS))})")
+            raise ValueError(unknown)
         if self.sandboxes < 1 or self.max_turns < 1 or self.max_tokens < 1:
             raise ValueError("sandboxes, max_turns and max_tokens must be >= 1")
+
+    def offered(self) -> tuple[str, ...]:
+        """The tasks sessions may play: ``tasks``, or by default the packaged defaults and every
+        installed plug-in task (workers resolve it themselves: same environment, same answer)."""
+        return self.tasks or (*DEFAULT_TASKS, *TASKS.plugins)
 
 
 @dataclass
@@ -102,8 +107,9 @@ class SessionHost:
 
     # ------------------------------------------------------------------ requests
     async def reset(self, session_id: str, spec: TaskSpec) -> Reset:
-        if spec.task not in self.config.tasks:
-            raise InvalidRequest(f"unknown task {spec.task!r}; this server offers {', '.join(self.config.tasks)}")
+        offered = self.config.offered()
+        if spec.task not in offered:
+            raise InvalidRequest(f"unknown task {spec.task!r}; this server offers {', '.join(offered)}")
         if session_id in self.sessions:
             raise InvalidRequest(f"session {session_id} exists already")
         task = TASKS[spec.task]

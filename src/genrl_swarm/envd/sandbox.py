@@ -62,4 +62,5 @@ def serve(limits: SandboxLimits, root: Path) -> None:
 
 if __name__ == "__main__":
     sqlite3.connect(":memory:").close()  # load the extension module before the hook is installed
+    TASKS.load()  # and the installed plug-in tasks (their imports may read files the hook refuses)
     serve(msgspec.json.decode(sys.argv[1], type=SandboxLimits), Path(sys.argv[2]))

@@ -20,6 +20,7 @@ import msgspec
 from genrl_swarm.envd.controller import Controller, EnvdConfig
 from genrl_swarm.envd.errors import EnvError
 from genrl_swarm.envd.protocol import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, METHODS, SERVICE, STATUS
+from genrl_swarm.envd.tasks import TASKS
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,9 @@ async def serve(config: EnvdConfig, host: str, port: int) -> int:
     stats = await server.controller.stats()
     isolation = stats.workers[0].isolation if stats.workers else "?"
     print(f"envd listening on {host}:{bound} ({config.workers} workers, at most {config.max_sessions} sessions, "
-          f"ttl {config.ttl:g} s, tasks {','.join(config.host.tasks)}, sandbox: {isolation})", flush=True)  # fmt: skip
+          f"ttl {config.ttl:g} s, tasks {','.join(config.host.offered())}, sandbox: {isolation})", flush=True)  # fmt: skip
+    for name, why in TASKS.broken.items():
+        print(f"envd: plug-in task {name!r} not offered: {why}", flush=True)
     stop: asyncio.Future[signal.Signals] = asyncio.get_running_loop().create_future()
     loop = asyncio.get_running_loop()
 

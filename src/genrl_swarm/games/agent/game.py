@@ -85,9 +85,10 @@ class AgentData(DataManager):
             if rank < 0 or not all(mixes):
                 raise ValueError(f"mixes: every mix needs a task and rank must be >= 0, got {list(map(list, mixes))}, rank {rank}")
             tasks = tuple(mixes[rank % len(mixes)])
-        unknown = sorted(set(tasks) - set(TASKS))
-        if unknown or not tasks:
-            raise ValueError(f"tasks: unknown or none {unknown} (known: {', '.join(sorted(TASKS))})")
+        if not tasks:
+            raise ValueError("tasks: none given")
+        if unknown := TASKS.unknown(tasks):
+            raise ValueError(f"tasks: {unknown}")
         if min(tasks_per_round, group_size, max_turns, max_tokens) < 1 or eval_size < 0:
             raise ValueError("tasks_per_round, group_size, max_turns and max_tokens must be >= 1, eval_size >= 0")
         self.kinds, self.per_round, self.group_size = tuple(tasks), tasks_per_round, group_size

@@ -42,8 +42,8 @@ def heldout_seeds(kind: str, n: int, seed: int, exclude: Sequence[int] | set[int
     """``n`` distinct seeds for ``kind``, none in ``exclude`` nor asking an excluded seed's
     question; ``stream`` names the draw (the warm-up draws its own, ``warmup.py``). The first
     ``n`` of a longer draw with the same arguments are the draw of ``n``."""
-    if kind not in TASKS:
-        raise ValueError(f"unknown task {kind!r} (known: {', '.join(sorted(TASKS))})")
+    if unknown := TASKS.unknown([kind]):
+        raise ValueError(unknown)
     banned = set(exclude)
     questions = {q for s in banned if (q := _question(kind, s)) is not None}
     rng = random.Random(repr((seed, stream, kind)))
