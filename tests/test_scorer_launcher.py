@@ -39,7 +39,7 @@ def hostile(manager: GameManager, completion: str) -> None:
 def play(tmp_path: Path, dataset: str, completion: str, *more: str) -> tuple[list[GameManager], dict[str, list[Any]], float]:
     overrides = [
         f"run.dir={tmp_path / 'run'}", "run.tensorboard=false", "run.console=false", "run.plot=false", "run.checkpoint_every=0",
-        "policy.model=tiny-random", "policy.sampling.max_new_tokens=256", "policy.sampling.num_generations=2",
+        "policy.model=tiny-random", "policy.sampling.max_new_tokens=192", "policy.sampling.num_generations=2",
         "game.max_rounds=1", "game.mode=train", "swarm.num_peers=3", "data.tasks_per_round=2", f"data.datasets=[{dataset}]",
         "learner.grpo.num_local=2", "learner.grpo.num_external=2", *more,
     ]  # fmt: skip
