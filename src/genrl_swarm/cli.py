@@ -1,4 +1,4 @@
-"""The ``genrl-swarm`` command: run, join a swarm, check or list recipes, deploy the contract.
+"""The ``genrl-swarm`` command: run, join a swarm, check or list recipes, export a peer, deploy the contract.
 
 Every error an operator can act on prints as one line with a documented exit status
 (``genrl-swarm: recipe error: ...``, exit 2; the list: ``run/failures.py``), recipe errors before
@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     deploy.add_argument("--num-stages", type=int, default=1)
     _add_dashboard(sub)
     _add_envd(sub)
+    _add_export(sub)
     _add_simulate(sub)
     return p
 
@@ -86,6 +87,12 @@ def _add_envd(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from genrl_swarm.envd.cli import add_arguments  # no grpc until the service runs
 
     add_arguments(sub.add_parser("envd", help="serve agentic environments (tool-calling sessions) over gRPC"))
+
+
+def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from genrl_swarm.run.export import add_arguments  # no torch: files and the recipe only
+
+    add_arguments(sub.add_parser("export", help="a peer's checkpoint as a model folder transformers loads, with a Hub model card"))
 
 
 def _add_dashboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -165,6 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from genrl_swarm.envd.cli import run as envd
 
         return command(lambda: envd(args))
+    if args.command == "export":
+        from genrl_swarm.run.export import run as export
+
+        return command(lambda: export(args))
     if args.command == "simulate":
         from genrl_swarm.sim.cli import run as simulate
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from genrl_swarm.comm.base import ByteBackend
 from genrl_swarm.comm.errors import SwarmFailure
@@ -36,14 +36,14 @@ from genrl_swarm.core.identity import IdentityError
 from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import RoundResult
-from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint
+from genrl_swarm.run.checkpoint import latest_checkpoint, load_checkpoint, write_atomic
 from genrl_swarm.run.checkpointer import DATA_KEY, LEARNER, ROW_KEY, Checkpointer, parts
 from genrl_swarm.run.console import ConsoleTable
 from genrl_swarm.run.events import EventLog
 from genrl_swarm.run.metrics import MetricsLogger
 from genrl_swarm.run.plot import plot_rewards
 from genrl_swarm.run.preflight import preflight
-from genrl_swarm.run.rundir import Existing, RunDirLock
+from genrl_swarm.run.rundir import RECIPE_FILE, Existing, RunDirLock
 from genrl_swarm.run.stopping import StopSignals
 from genrl_swarm.run.storage import is_storage
 from genrl_swarm.run.threads import budget_for, settle
@@ -138,6 +138,7 @@ def _build_peer(
     directory = Path(run.dir) / comm.peer_id
     lock = RunDirLock(directory, existing)  # first: nothing below may touch a directory in use
     try:
+        write_atomic(directory / RECIPE_FILE, OmegaConf.to_yaml(cfg))
         manager = _build_game(cfg, comm, rank, directory, game=game, trust=trust, run=run, shared=shared, resume=existing is Existing.RESUME)
     except BaseException:
         lock.release()

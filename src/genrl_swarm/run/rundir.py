@@ -22,6 +22,7 @@ from genrl_swarm.run.storage import writing
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "run.lock"
+RECIPE_FILE = "recipe.yaml"  # the recipe the peer's latest process ran (composed, with its overrides): what export tells
 RUN_OUTPUTS = ("metrics.jsonl", "events.jsonl", "checkpoints", "tb")  # what --overwrite removes
 
 
