@@ -449,7 +449,7 @@ def test_devices_and_dtypes() -> None:
     from genrl_swarm.paradigms.lm.models import pick_device, pick_dtype
 
     cpu = torch.device("cpu")
-    assert pick_device("cpu") == cpu and pick_device("auto") == cpu  # no CUDA on this machine
+    assert pick_device("cpu") == cpu and pick_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
     assert pick_dtype("auto", cpu) is torch.float32
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)):
         assert pick_dtype(name, cpu) is dtype
