@@ -20,8 +20,10 @@ import time
 import torch
 from common import machine, table
 
+from genrl_swarm.core import ActSeed
 from genrl_swarm.paradigms.lm.models import load_model
 from genrl_swarm.paradigms.lm.sampling import PRECUT, _from_sorted, pick, ranked, sample
+from genrl_swarm.paradigms.lm.seeding import Uniforms
 
 PROMPTS = [
     "What is 17 + 25? Answer inside <answer></answer>.",
@@ -35,9 +37,9 @@ PROMPTS = [
 ]
 
 
-def full_sort(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def full_sort(logits: torch.Tensor, temperature: float, top_p: float, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The arm before: softmax, sort the whole vocabulary, cut, draw."""
-    return _from_sorted(*ranked(torch.softmax(logits.float() / temperature, -1)), top_p, generator)
+    return _from_sorted(*ranked(torch.softmax(logits.float() / temperature, -1)), top_p, u)
 
 
 def next_token_logits(model_name: str, rows_per_prompt: int, new_tokens: int) -> torch.Tensor:
@@ -45,8 +47,8 @@ def next_token_logits(model_name: str, rows_per_prompt: int, new_tokens: int) ->
     model, tok = load_model(model_name, dtype="float32")
     texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True) for q in PROMPTS]
     enc = tok(texts, return_tensors="pt", padding=True, padding_side="left")
-    out = sample(model, enc.input_ids, enc.attention_mask, rows_per_prompt, new_tokens, [tok.eos_token_id], 1.0, 1.0, False,
-                 torch.Generator().manual_seed(0))  # fmt: skip
+    keys = Uniforms.of(ActSeed(b"bench-nucleus", 0, ""), [str(i) for i in range(len(PROMPTS))], rows_per_prompt)
+    out = sample(model, enc.input_ids, enc.attention_mask, rows_per_prompt, new_tokens, [tok.eos_token_id], 1.0, 1.0, False, keys)
     prompt = enc.input_ids.repeat_interleave(rows_per_prompt, 0)
     mask = torch.cat([enc.attention_mask.repeat_interleave(rows_per_prompt, 0), torch.ones_like(out.ids)], 1)
     with torch.no_grad():
@@ -70,9 +72,10 @@ def main() -> None:
         gen = torch.Generator().manual_seed(1)
         arms = {"full sort": full_sort, "pre-cut": lambda s, t, p, g: pick(s, t, p, False, g)}
         for step in steps:
+            u = torch.rand((step.shape[0], 1), generator=gen, dtype=torch.float64)
             for name, arm in arms.items():
                 start = time.perf_counter()
-                arm(step, temperature, top_p, gen)
+                arm(step, temperature, top_p, u)
                 times[name].append((time.perf_counter() - start) * 1e3)
         full, cut = statistics.median(times["full sort"]), statistics.median(times["pre-cut"])
         rows.append([temperature, top_p, f"{precut_ok:.2f}", full, cut, f"{full / cut:.1f}x"])

@@ -151,7 +151,7 @@ def fresh_logps(model: torch.nn.Module, ids: list[int]) -> list[float]:
 
 def test_cross_policy_uses_both_policies_and_records_each_ones_logprobs(policy: AgentPolicy) -> None:
     other = AgentPolicy.__new__(AgentPolicy)
-    other.__dict__ |= policy.__dict__ | {"model": copy.deepcopy(policy.model), "generator": torch.Generator().manual_seed(9)}
+    other.__dict__ |= policy.__dict__ | {"model": copy.deepcopy(policy.model), "seed": 9}
     with torch.no_grad():
         for p in other.model.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(3)) * 0.05)

@@ -16,10 +16,11 @@ import pytest
 pytest.importorskip("torch")
 import torch
 
-from genrl_swarm.core import Task
+from genrl_swarm.core import ActSeed, Task
 from genrl_swarm.paradigms.lm import packed as packing
 from genrl_swarm.paradigms.lm.decoder import SHARED_PREFIX_MIN, Decoder
 from genrl_swarm.paradigms.lm.policy import LMPolicy
+from genrl_swarm.paradigms.lm.seeding import Uniforms
 from genrl_swarm.paradigms.lm.static_sampling import sample_static
 
 from helpers.prompts import left_padded
@@ -228,8 +229,8 @@ def test_nan_left_in_a_new_kv_buffer_never_reaches_the_logits(policy: LMPolicy, 
         with monkeypatch.context() as patch:
             if poison:
                 patch.setattr(decoding.torch, "empty", lambda *a, **k: torch.full(a[0], float("nan"), dtype=k["dtype"]))
-            generator = torch.Generator().manual_seed(9)
-            out.append(sample_static(decoder(model, pack=True), ids, mask, 3, 12, policy.eos_ids, generator=generator))
+            keys = Uniforms.of(ActSeed(b"packed", 9, "peer"), [str(i) for i in range(len(ids))], 3)
+            out.append(sample_static(decoder(model, pack=True), ids, mask, 3, 12, policy.eos_ids, uniforms=keys))
     assert not out[1].logprobs.isnan().any()
     assert torch.equal(out[0].ids, out[1].ids) and torch.equal(out[0].logprobs, out[1].logprobs)
 

@@ -22,9 +22,10 @@ import pytest
 pytest.importorskip("torch")
 import torch
 
-from genrl_swarm.core import Task, TokenRollout
+from genrl_swarm.core import ActSeed, Task, TokenRollout
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 from genrl_swarm.paradigms.lm.sampling import BLOCK, draw_tempered, pick
+from genrl_swarm.paradigms.lm.seeding import Uniforms
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # sampling statistics over many draws
 #: Greedy replies of the tiny model end on EOS after 12, 15 and 8 tokens.
@@ -36,7 +37,7 @@ CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32
 
 @pytest.fixture(scope="module")
 def policy() -> LMPolicy:
-    return LMPolicy("tiny-random", {"num_generations": 4, "max_new_tokens": 16}, seed=11)
+    return LMPolicy("tiny-random", {"num_generations": 4, "max_new_tokens": 16}, seed=4)
 
 
 @contextmanager
@@ -165,6 +166,11 @@ def test_greedy_rows_equal_stepwise_argmax_and_end_on_eos_at_different_steps(pol
 
 
 # --------------------------------------------------------------------------- pick vs its distribution
+def seeded(rows: int, round: int) -> torch.Tensor:
+    """The sampler's uniform numbers for ``rows`` samples of one input (``lm.seeding``) at token 0."""
+    return Uniforms.of(ActSeed(b"reference", round, "peer"), ["input"], rows).at(torch.arange(rows), 0)
+
+
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0])
 DRAWS = 20_000
 
@@ -178,7 +184,7 @@ def test_pick_draws_from_the_tempered_nucleus(temperature: float, top_p: float) 
     """Chi-square at p = 0.001 against the tempered nucleus; the same counts must reject the
     untempered full softmax (the test has power against the bugs it guards)."""
     expected = nucleus(torch.softmax(LOGITS.double() / temperature, -1).tolist(), top_p)
-    tokens, logps = pick(LOGITS.repeat(DRAWS, 1), temperature, top_p, False, torch.Generator().manual_seed(0))
+    tokens, logps = pick(LOGITS.repeat(DRAWS, 1), temperature, top_p, False, seeded(DRAWS, 0))
     counts = torch.bincount(tokens, minlength=len(LOGITS))
     assert int(counts.sum()) == DRAWS and set(tokens.unique().tolist()) <= set(expected)  # nothing outside the nucleus
     assert chi_square(counts, expected) < CHI2_999[len(expected) - 1]
@@ -194,7 +200,7 @@ def test_top_p_keeps_the_token_that_crosses_p_and_no_more() -> None:
     (as in HF's TopPLogitsWarper); .76 needs the third."""
     logits = torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125])).repeat(4000, 1)
     for top_p, support in ((0.75, {0, 1}), (0.76, {0, 1, 2}), (0.5, {0})):
-        tokens, logps = pick(logits, 1.0, top_p, False, torch.Generator().manual_seed(1))
+        tokens, logps = pick(logits, 1.0, top_p, False, seeded(len(logits), 1))
         assert set(tokens.tolist()) == support, top_p
         mass = sum((0.5, 0.25, 0.125)[: len(support)])
         assert torch.allclose(logps, torch.log(torch.tensor([0.5, 0.25, 0.125])[tokens] / mass))
@@ -211,13 +217,13 @@ def test_the_top_k_precut_draws_what_a_full_sort_draws() -> None:
     gen = torch.Generator().manual_seed(3)
     peaked = torch.softmax(torch.randn(64, vocab, generator=gen) * 6, -1)
     assert bool((peaked.topk(PRECUT, -1).values.sum(-1) > top_p).all())  # the pre-cut path
-    fast = sampled_nucleus(peaked, top_p, torch.Generator().manual_seed(7))
-    full = _from_sorted(*ranked(peaked), top_p, torch.Generator().manual_seed(7))
+    fast = sampled_nucleus(peaked, top_p, seeded(len(peaked), 7))
+    full = _from_sorted(*ranked(peaked), top_p, seeded(len(peaked), 7))
     assert torch.equal(fast[0], full[0]) and torch.allclose(fast[1], full[1], atol=1e-6)
 
     flat = torch.full((2000, vocab), 1.0 / vocab)  # the top PRECUT hold a quarter: sorted in full
     mixed = torch.cat([peaked, flat])
-    tokens, logps = sampled_nucleus(mixed, top_p, torch.Generator().manual_seed(11))
+    tokens, logps = sampled_nucleus(mixed, top_p, seeded(len(mixed), 11))
     ranks = (mixed.argsort(dim=-1, descending=True, stable=True) == tokens[:, None]).float().argmax(-1)
     assert int(ranks[64:].max()) > 2 * PRECUT  # flat rows were not cut to the top PRECUT
     for row in (0, 1, 63, 64, 65, len(mixed) - 1):
@@ -231,8 +237,8 @@ def test_top_p_one_draws_over_the_vocabulary_order() -> None:
     from genrl_swarm.paradigms.lm.sampling import draw
 
     logits = LOGITS.repeat(500, 1)
-    tokens, _ = pick(logits, 0.8, 1.0, False, torch.Generator().manual_seed(3))
-    assert torch.equal(tokens, draw(torch.softmax(logits / 0.8, -1), torch.Generator().manual_seed(3)).squeeze(-1))
+    tokens, _ = pick(logits, 0.8, 1.0, False, seeded(len(logits), 3))
+    assert torch.equal(tokens, draw(torch.softmax(logits / 0.8, -1), seeded(len(logits), 3)).squeeze(-1))
 
 
 def test_greedy_pick_is_the_argmax_with_log_prob_zero() -> None:
@@ -275,7 +281,7 @@ def test_the_two_level_draw_is_exact_at_block_edges_and_never_draws_a_zero_weigh
     logits = torch.linspace(-3.0, 3.0, vocab).roll(7)
     logits[[0, BLOCK - 1, BLOCK, vocab - 1]] = torch.tensor([2.5, float("-inf"), -200.0, float("-inf")])
     probs = torch.softmax(logits.double(), -1)
-    tokens, logps = draw_tempered(logits.repeat(20_000, 1), torch.Generator().manual_seed(3))
+    tokens, logps = draw_tempered(logits.repeat(20_000, 1), seeded(20_000, 3))
     counts = torch.bincount(tokens, minlength=vocab)
     assert int(counts[[BLOCK - 1, BLOCK, vocab - 1]].sum()) == 0 and int(tokens.max()) < vocab
     draws, likely = 20_000, probs > 1e-3  # cells expecting >= 20 draws
@@ -287,10 +293,10 @@ def test_the_two_level_draw_is_exact_at_block_edges_and_never_draws_a_zero_weigh
 
 def test_pick_survives_a_tiny_temperature_bf16_logits_and_no_rows() -> None:
     logits = torch.tensor([[10.0, 9.0, -5.0], [0.0, 1.0, 2.0]])
-    tokens, logps = pick(logits, 1e-38, 1.0, False, None)  # logits / T overflowed to inf: a crash
+    tokens, logps = pick(logits, 1e-38, 1.0, False, seeded(len(logits), 0))  # logits / T overflowed to inf: a crash
     assert tokens.tolist() == [0, 2] and logps.abs().max() < 1e-6  # the argmax, with probability 1
     half = logits.bfloat16()
-    tokens, logps = draw_tempered(half, torch.Generator().manual_seed(0))
+    tokens, logps = draw_tempered(half, seeded(len(half), 0))
     assert torch.allclose(logps.double(), torch.log_softmax(half.double(), -1).gather(-1, tokens[:, None]).squeeze(-1), atol=1e-6)
-    tokens, logps = pick(logits[:0], 0.7, 1.0, False, None)
+    tokens, logps = pick(logits[:0], 0.7, 1.0, False, seeded(0, 0))
     assert tokens.shape == logps.shape == (0,)

@@ -203,6 +203,12 @@ class ByteBackend(Communication):
         self._signed_before = self.signed_log.last(self.epoch) if self.signed_log is not None else None
         log.info("%s signs in epoch %s of swarm %r", self.peer_id, self.epoch, self.swarm_id)
 
+    def settled_epoch(self) -> bytes:
+        """The epoch, settled now (``_settle``): the game asks before its first act, whose
+        sampling is seeded with it (``core.ActSeed``), so it must not change at the exchange."""
+        self._settle()
+        return self.epoch.value
+
     def ready(self) -> None:
         """Called before an exchange's deadline starts: a transport's start gate (wait for
         ``min_peers`` before the first round) belongs here, so it never eats an exchange's time."""

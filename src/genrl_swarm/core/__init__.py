@@ -13,6 +13,7 @@ from genrl_swarm.core.bodies import (
 )
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
 from genrl_swarm.core.interfaces import (
+    ActSeed,
     Communication,
     Coordinator,
     DataManager,
@@ -42,6 +43,7 @@ from genrl_swarm.core.types import (
 
 __all__ = [
     "FORMAT_VERSION",
+    "ActSeed",
     "Array",
     "ArraySpec",
     "Body",

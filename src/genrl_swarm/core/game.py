@@ -23,6 +23,7 @@ from typing import Literal
 from genrl_swarm.core.bodies import MAX_BASIS, Body
 from genrl_swarm.core.decoders import envelope_decoder
 from genrl_swarm.core.interfaces import (
+    ActSeed,
     Communication,
     Coordinator,
     DataManager,
@@ -145,6 +146,7 @@ class GameManager:
     def play_round(self, r: int) -> RoundResult:
         state, metrics, staged = GameState(r, self.peer_id), dict[str, float](), list[ScoredRollout]()
         state.set_tasks(self.data.tasks_for(r, self.peer_id))
+        self.policy.begin_round(ActSeed(self.comm.settled_epoch(), r, self.peer_id))  # seeded draws (lm.seeding)
         per_stage, budget = self.config.train_every == "stage", self.book.config.cpu_budget
         for s in range(self.config.num_stages):
             inputs, basis = self._stage_inputs(state, s)

@@ -100,6 +100,18 @@ class Weights:
     state: Any
 
 
+@dataclass(frozen=True)
+class ActSeed:
+    """Where one round's acts of one sender draw their randomness from, public to every peer:
+    the swarm's epoch (``comm.epoch``: the run), the round and the sender. A policy that samples
+    derives each sample's random numbers from it, the input's digest and the sample's index
+    (``paradigms.lm.seeding``), so a receiver can redo a sender's draw instead of believing it."""
+
+    epoch: bytes
+    round: int
+    sender: str
+
+
 class Policy(ABC):
     """Acts: turns stage inputs into bodies of the game's body type."""
 
@@ -110,6 +122,10 @@ class Policy(ABC):
     @abstractmethod
     def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
         """One body per input, in order (``greedy``: the deterministic choice, for evaluation)."""
+
+    def begin_round(self, seed: ActSeed) -> None:
+        """Called by the game before this round's first act: what the round's draws are seeded
+        with. A policy without randomness, or one that keeps its own stream, ignores it."""
 
     def check(self, body: Body, input: StageInput) -> str | Refusal | None:
         """Why a peer's body cannot be used by this policy (another tokenizer, an out-of-range
@@ -219,6 +235,11 @@ class Communication(ABC):
         peer's bad or missing payload. Senders in ``ignore`` (quarantined) are not read.
         ``basis``: the earlier payloads of this round this stage's inputs were built from (sent
         with their signed commitments, so receivers can rebuild the inputs)."""
+
+    def settled_epoch(self) -> bytes:
+        """The epoch this peer signs in (``comm.epoch``), fixed now if it was not yet: the game
+        asks before the first act, whose draws are seeded with it. b"" where there is none."""
+        return b""
 
     def claim_account(self, account: str) -> None:
         """Sign ``account`` (this peer's chain account) into what this peer publishes, so peers

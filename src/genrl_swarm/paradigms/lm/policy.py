@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import torch
 
-from genrl_swarm.core import Body, Policy, Refusal, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
+from genrl_swarm.core import ActSeed, Body, Policy, Refusal, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
 from genrl_swarm.core.limits import LimitError
 from genrl_swarm.paradigms.lm import heap
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
@@ -28,6 +28,7 @@ from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, check_model, 
 from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.sampling import Sampled, hf_sample, sample
 from genrl_swarm.paradigms.lm.sampling_model import DTYPES, SamplingModel
+from genrl_swarm.paradigms.lm.seeding import Uniforms
 from genrl_swarm.paradigms.lm.static_sampling import StepFn, sample_static
 
 DEFAULT_SYSTEM_PROMPT = "You are a careful assistant. Reason briefly, then give only the final answer inside <answer></answer> tags."
@@ -41,7 +42,9 @@ class SamplingConfig:
     max_new_tokens: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
-    sampler: Literal["lean", "hf"] = "lean"  # lean: genrl_swarm.paradigms.lm.sampling; hf: model.generate
+    #: lean: genrl_swarm.paradigms.lm.sampling, seeded (lm.seeding); hf: model.generate, drawing from
+    #: torch's global RNG (its tokens cannot be re-derived by a receiver)
+    sampler: Literal["lean", "hf"] = "lean"
     #: The precision the sampler runs in. bfloat16 samples from a bf16 copy of the model, refreshed
     #: whenever the (fp32) weights change; behaviour log-probs are then bf16's, and the learner's
     #: off-policy correction absorbs the difference to its fp32 log-probs.
@@ -122,7 +125,10 @@ class LMPolicy(Policy):
         self.device = next(self.model.parameters()).device
         if self.device.type == "cpu":
             heap.keep_freed_memory()  # a decode step's big temporaries reuse their pages (lm.heap)
-        self.generator = torch.Generator(self.device).manual_seed(seed)  # this peer's sampling stream
+        self.seed = seed
+        #: What this round's draws are seeded with (``begin_round``); None outside a game.
+        self.act_seed: ActSeed | None = None
+        self.draws = 0  # sampling calls without an ActSeed: each gets keys of its own (``local_seed``)
         configured = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
         extra = configured if isinstance(configured, list) else [configured] if configured is not None else []
         self.eos_ids: list[int] = sorted({self.tokenizer.eos_token_id, *extra})
@@ -160,8 +166,19 @@ class LMPolicy(Policy):
         return list(ids)
 
     # ------------------------------------------------------------------ acting
-    def generate(self, prompts: Sequence[Sequence[int]], n: int, greedy: bool = False) -> Sampled:
-        """``n`` completions of each prompt (ids) in one batched call, with the configured sampler."""
+    def begin_round(self, seed: ActSeed) -> None:
+        """This round's samples draw with keys from ``seed`` (``lm.seeding``)."""
+        self.act_seed = seed
+
+    def local_seed(self) -> ActSeed:
+        """Keys for a sampling call outside a game's round (tests, benchmarks, warm-ups): a fresh
+        site per call, from this policy's seed and how many such calls came before."""
+        self.draws += 1
+        return ActSeed(b"local:%d" % self.seed, self.draws, "")
+
+    def generate(self, prompts: Sequence[Sequence[int]], n: int, greedy: bool = False, uniforms: Uniforms | None = None) -> Sampled:
+        """``n`` completions of each prompt (ids) in one batched call, with the configured sampler.
+        ``uniforms``: each row's key (``lm.seeding``); by default fresh ones (``local_seed``)."""
         cfg = self.sampling
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
@@ -173,12 +190,14 @@ class LMPolicy(Policy):
         saved = torch.get_num_threads()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        if uniforms is None and not greedy:
+            uniforms = Uniforms.of(self.local_seed(), [str(i) for i in range(len(prompts))], n)
         try:
-            return self._generate(ids, mask, n, greedy)
+            return self._generate(ids, mask, n, greedy, uniforms)
         finally:
             torch.set_num_threads(saved)
 
-    def _generate(self, ids: torch.Tensor, mask: torch.Tensor, n: int, greedy: bool) -> Sampled:
+    def _generate(self, ids: torch.Tensor, mask: torch.Tensor, n: int, greedy: bool, uniforms: Uniforms | None) -> Sampled:
         cfg = self.sampling
         model = self.sampling_model()
         if cfg.sampler == "hf":
@@ -189,9 +208,9 @@ class LMPolicy(Policy):
             if cfg.pack and not cfg.compile:  # a compiled step keeps the decoder it was made from
                 decoder.packed = self._packs.get(decoder)
             return sample_static(decoder, ids, mask, n, cfg.max_new_tokens, self.eos_ids, cfg.temperature, cfg.top_p,
-                                 greedy, self.generator, self._stop.is_set, step_fn=self._step_fn(model, decoder))  # fmt: skip
+                                 greedy, uniforms, self._stop.is_set, step_fn=self._step_fn(model, decoder))  # fmt: skip
         return sample(model, ids, mask, n, cfg.max_new_tokens, self.eos_ids, cfg.temperature, cfg.top_p,
-                      greedy, self.generator, self._stop.is_set)  # fmt: skip
+                      greedy, uniforms, self._stop.is_set)  # fmt: skip
 
     def sampling_model(self) -> Any:
         """The module that samples: ``self.model`` itself, or its copy in ``sampling.dtype`` (made
@@ -214,7 +233,9 @@ class LMPolicy(Policy):
         return [*self.rollouts(inputs, greedy)]
 
     def rollouts(self, inputs: Sequence[StageInput], greedy: bool = False) -> list[TokenRollout]:
-        """``act``, typed: ``num_generations`` samples per input (one when ``greedy``).
+        """``act``, typed: ``num_generations`` samples per input (one when ``greedy``). Sample k
+        of the body for input i draws with the key of (this round's ``ActSeed``, i's digest, k),
+        so its tokens are a function of the model and that key alone (``lm.seeding``).
 
         Raises RunInterrupted when ``interrupt`` was called before or during sampling (the
         request is consumed, so a reused policy acts normally afterwards)."""
@@ -226,7 +247,8 @@ class LMPolicy(Policy):
             prompts = [self.prompt_ids(i) for i in inputs]
             self.check_context(inputs, prompts)
             n = 1 if greedy else self.sampling.num_generations
-            rows = self.generate(prompts, n, greedy).rows()
+            keys = None if greedy else Uniforms.of(self.act_seed or self.local_seed(), [i.digest for i in inputs], n)
+            rows = self.generate(prompts, n, greedy, keys).rows()
         except RunInterrupted:
             self._stop.clear()
             raise
@@ -307,7 +329,7 @@ class LMPolicy(Policy):
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory / "model")
         self.tokenizer.save_pretrained(directory / "model")
-        torch.save({"version": self.version, "sampling_rng": self.generator.get_state()}, directory / "policy.pt")
+        torch.save({"version": self.version, "seed": self.seed, "draws": self.draws}, directory / "policy.pt")  # the local stream (local_seed)
 
     def load(self, directory: Path) -> None:
         if hasattr(self.model, "peft_config"):
@@ -322,4 +344,4 @@ class LMPolicy(Policy):
             self.model.load_state_dict(saved.state_dict())
         extra = torch.load(directory / "policy.pt", weights_only=False)
         self.version = int(extra["version"])
-        self.generator.set_state(extra["sampling_rng"])
+        self.seed, self.draws = int(extra.get("seed", self.seed)), int(extra.get("draws", 0))  # older checkpoints: a torch RNG state

@@ -4,8 +4,9 @@ Why not ``model.generate``: with ``num_return_sequences=G`` it copies every prom
 runs the prefill G times, keeps finished rows in the batch until the longest one ends, and
 pays per-step Python overhead (logits processors, stopping criteria) that dominates small
 models on CPU. Here each prompt is prefilled once, its KV cache repeated G times, finished
-rows are dropped from the cache, and sampling draws from a caller-owned ``torch.Generator``
-so two peers in one process do not share (or race on) one RNG stream.
+rows are dropped from the cache, and each row's random numbers come from its own public key
+(``lm.seeding``: the epoch, round, sender, input and sample index), so two peers in one process
+never share (or race on) one RNG stream, and a receiver can redo any row's draw alone.
 
 Besides the ids, the sampler returns each token's *behaviour* log-prob: its log-probability
 under the distribution it was actually drawn from (temperature and nucleus applied). An
@@ -23,6 +24,7 @@ import torch
 
 from genrl_swarm.core.interfaces import RunInterrupted
 from genrl_swarm.paradigms.lm.hf_cache import cache_of, with_cache
+from genrl_swarm.paradigms.lm.seeding import Uniforms
 
 
 @dataclass
@@ -44,8 +46,9 @@ class Sampled:
         return [(ids[r][:n], lps[r][:n], s) for r, (n, s) in enumerate(zip(self.lengths.tolist(), self.stopped.tolist()))]
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One index per row with probability proportional to ``probs`` [R, V] -> [R, 1].
+def draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One index per row with probability proportional to ``probs`` [R, V] -> [R, 1], picked by
+    the uniform numbers ``u`` [R, 1] (float64 in [0, 1)).
 
     Inverse-CDF sampling with the cumulative sum in float64 (as exact as ``torch.multinomial``,
     whose CPU kernel costs ~0.8 ms per step for 64 rows x 512 tokens and ~70 ms at a 49k
@@ -53,16 +56,17 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor
     zero-probability tail token can never be drawn."""
     cdf = probs.cumsum(-1, dtype=torch.float64)
     total = cdf[:, -1:]
-    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=probs.device) * total
-    return torch.searchsorted(cdf, torch.minimum(u, torch.nextafter(total, torch.zeros_like(total))), right=True)
+    target = u * total
+    return torch.searchsorted(cdf, torch.minimum(target, torch.nextafter(total, torch.zeros_like(total))), right=True)
 
 
 # Tokens per block of the two-level draw over the whole vocabulary (a multiple of 8 for vector loads).
 BLOCK = 256
 
 
-def draw_tempered(scaled: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """A token per row of ``softmax(scaled)`` [R, V] and its log-prob, without normalising the row.
+def draw_tempered(scaled: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A token per row of ``softmax(scaled)`` [R, V] and its log-prob, without normalising the row,
+    picked by the uniform numbers ``u`` [R, 1] (float64 in [0, 1)).
 
     The same inverse-CDF draw as ``draw``, in two levels: the weights ``exp(scaled - max)`` are
     summed per block of ``BLOCK`` tokens, one uniform number picks a block from the blocks'
@@ -85,11 +89,11 @@ def draw_tempered(scaled: torch.Tensor, generator: torch.Generator | None) -> tu
     cdf = blocks.sum(-1).double().cumsum(-1)  # see the docstring: float32 block sums
     total = cdf[:, -1:]
     zero = torch.zeros_like(total)
-    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=scaled.device) * total
-    block = torch.searchsorted(cdf, torch.minimum(u, torch.nextafter(total, zero)), right=True)
+    target = u * total
+    block = torch.searchsorted(cdf, torch.minimum(target, torch.nextafter(total, zero)), right=True)
     before = torch.where(block > 0, cdf.gather(-1, (block - 1).clamp(min=0)), zero)
     inner = blocks[torch.arange(rows, device=scaled.device), block.squeeze(-1)].cumsum(-1, dtype=torch.float64)
-    rest = torch.minimum(u - before, torch.nextafter(inner[:, -1:], zero))
+    rest = torch.minimum(target - before, torch.nextafter(inner[:, -1:], zero))
     token = block * BLOCK + torch.searchsorted(inner, rest, right=True).clamp(max=BLOCK - 1)
     logp = scaled.gather(-1, token).double() - top.double() - total.log()
     return token.squeeze(-1), logp.squeeze(-1).float()
@@ -102,15 +106,13 @@ PRECUT = 256
 NUCLEUS_SLACK = 1e-6
 
 
-def _from_sorted(
-    sorted_probs: torch.Tensor, order: torch.Tensor, top_p: float, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _from_sorted(sorted_probs: torch.Tensor, order: torch.Tensor, top_p: float, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw from the nucleus of rows given in descending order (``order`` maps rank -> token)."""
     # Out: tokens whose predecessors already reach top_p (the token that crosses p stays; at an
     # exact tie the prefix already holds p, so the next one is out, as in HF's TopPLogitsWarper).
     outside = sorted_probs.cumsum(-1) - sorted_probs >= top_p
     sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-    rank = draw(sorted_probs, generator)
+    rank = draw(sorted_probs, u)
     kept = sorted_probs.sum(-1, keepdim=True)
     return order.gather(-1, rank).squeeze(-1), (sorted_probs.gather(-1, rank) / kept).squeeze(-1).log()
 
@@ -121,32 +123,31 @@ def ranked(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return probs.sort(dim=-1, descending=True, stable=True)
 
 
-def nucleus(probs: torch.Tensor, top_p: float, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+def nucleus(probs: torch.Tensor, top_p: float, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Nucleus sampling without sorting the vocabulary: the nucleus of a row whose top
     ``PRECUT`` tokens already hold ``top_p`` lies inside them (every later token's predecessors
     hold more than ``top_p``), so only those are ranked; the other rows are sorted in full."""
     k = min(PRECUT, probs.shape[-1])
     if k == probs.shape[-1]:
-        return _from_sorted(*ranked(probs), top_p, generator)
+        return _from_sorted(*ranked(probs), top_p, u)
     order = probs.topk(k, -1).indices.sort(-1).values  # the candidates, by token id
     top, by_value = probs.gather(-1, order).sort(dim=-1, descending=True, stable=True)
     order = order.gather(-1, by_value)
     short = top.sum(-1) < top_p + NUCLEUS_SLACK
     if not bool(short.any()):
-        return _from_sorted(top, order, top_p, generator)
+        return _from_sorted(top, order, top_p, u)
     token = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
     logp = torch.empty(probs.shape[0], dtype=torch.float32, device=probs.device)
     cut = ~short
     if bool(cut.any()):
-        token[cut], logp[cut] = _from_sorted(top[cut], order[cut], top_p, generator)
-    token[short], logp[short] = _from_sorted(*ranked(probs[short]), top_p, generator)
+        token[cut], logp[cut] = _from_sorted(top[cut], order[cut], top_p, u[cut])
+    token[short], logp[short] = _from_sorted(*ranked(probs[short]), top_p, u[short])
     return token, logp
 
 
-def pick(
-    logits: torch.Tensor, temperature: float, top_p: float, greedy: bool, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next token per row and its log-prob under the distribution it was drawn from.
+def pick(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool, u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next token per row and its log-prob under the distribution it was drawn from, drawn by
+    inverse CDF with the uniform numbers ``u`` [R, 1] (float64 in [0, 1); unused when greedy).
 
     Greedy choice is deterministic, so its log-prob is 0. Nucleus sampling keeps the smallest
     prefix of tokens (by probability) whose mass reaches ``top_p`` and renormalises it: a kept
@@ -160,9 +161,18 @@ def pick(
     scaled = logits.float()
     if temperature != 1.0:  # the row's maximum first: a tiny temperature cannot overflow to inf
         scaled = (scaled - scaled.amax(-1, keepdim=True)) / temperature
+    if u is None:
+        raise ValueError("sampling needs one uniform number per row")
     if top_p >= 1.0:
-        return draw_tempered(scaled, generator)
-    return nucleus(torch.softmax(scaled, dim=-1), top_p, generator)
+        return draw_tempered(scaled, u)
+    return nucleus(torch.softmax(scaled, dim=-1), top_p, u)
+
+
+def uniforms_of(uniforms: Uniforms | None) -> Uniforms:
+    """``uniforms``, which a sampling (not greedy) call must be given."""
+    if uniforms is None:
+        raise ValueError("sampling needs each row's key (lm.seeding.Uniforms); only greedy decoding goes without")
+    return uniforms
 
 
 @torch.inference_mode()
@@ -176,10 +186,11 @@ def sample(
     temperature: float = 1.0,
     top_p: float = 1.0,
     greedy: bool = False,
-    generator: torch.Generator | None = None,
+    uniforms: Uniforms | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> Sampled:
-    """Sample ``n`` completions of each left-padded prompt in ``input_ids`` [B, L].
+    """Sample ``n`` completions of each left-padded prompt in ``input_ids`` [B, L], output row r
+    drawing with ``uniforms.keys[r]`` (``lm.seeding``; needed unless ``greedy``).
 
     ``stop`` is polled before every token; when it returns True the call raises
     ``RunInterrupted`` (Ctrl-C must not wait for a long generation to finish).
@@ -202,7 +213,7 @@ def sample(
     for step in range(max_new_tokens):
         if stop is not None and stop():
             raise RunInterrupted("generation interrupted")
-        token, token_logp = pick(logits, temperature, top_p, greedy, generator)
+        token, token_logp = pick(logits, temperature, top_p, greedy, None if greedy else uniforms_of(uniforms).at(rows, step))
         ids[rows, step], logprobs[rows, step] = token, token_logp
         live = ~torch.isin(token, eos)
         alive = int(live.sum())  # one host sync per step decides everything below

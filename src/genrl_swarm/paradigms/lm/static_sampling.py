@@ -5,8 +5,9 @@ prefilled once and fanned out to its ``n`` rows, behaviour log-probs come from t
 tokens were drawn from, in the precision the model runs in. What differs is the cache: keys and
 values are written in place instead of concatenated, and a finished row leaves the batch at
 once by handing its place to a still-active row from the back (``KVBuffer.compact``: only the
-finished rows' keys and values move, not the whole cache). Rows then change order, so with a
-fixed seed the samples equal the dynamic path's only until the first row finishes.
+finished rows' keys and values move, not the whole cache). Rows then change order, but each
+output row draws with its own key (``lm.seeding``), so the samples are the dynamic path's up to
+the logits' rounding.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import torch
 
 from genrl_swarm.core.interfaces import RunInterrupted
 from genrl_swarm.paradigms.lm.decoder import Decoder, KVBuffer
-from genrl_swarm.paradigms.lm.sampling import Sampled, pick
+from genrl_swarm.paradigms.lm.sampling import Sampled, pick, uniforms_of
+from genrl_swarm.paradigms.lm.seeding import Uniforms
 
 StepFn = Callable[[torch.Tensor, torch.Tensor, KVBuffer, int], torch.Tensor]
 
@@ -33,7 +35,7 @@ def sample_static(
     temperature: float = 1.0,
     top_p: float = 1.0,
     greedy: bool = False,
-    generator: torch.Generator | None = None,
+    uniforms: Uniforms | None = None,
     stop: Callable[[], bool] | None = None,
     step_fn: StepFn | None = None,
 ) -> Sampled:
@@ -55,7 +57,7 @@ def sample_static(
     for step in range(max_new_tokens):
         if stop is not None and stop():
             raise RunInterrupted("generation interrupted")
-        token, token_logp = pick(logits, temperature, top_p, greedy, generator)
+        token, token_logp = pick(logits, temperature, top_p, greedy, None if greedy else uniforms_of(uniforms).at(rows, step))
         ids[rows, step], logprobs[rows, step] = token, token_logp
         active = ~torch.isin(token, eos)
         alive = int(active.sum())  # one host sync per step decides everything below

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from genrl_swarm.core import Body, Policy, Refusal, StageInput, TokenRollout, Weights
+from genrl_swarm.core import ActSeed, Body, Policy, Refusal, StageInput, TokenRollout, Weights
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 
 if TYPE_CHECKING:
@@ -40,12 +40,16 @@ class WorkerPolicy(Policy):
     def version(self) -> int:  # type: ignore[override]  # read-only here: the local policy's
         return self.local.version
 
+    def begin_round(self, seed: ActSeed) -> None:
+        """The round's draws are seeded alike on the worker and, where it falls back, here."""
+        self.local.begin_round(seed)
+
     def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
         """Training rollouts on a worker; greedy (evaluation) and worker-less pipelines act locally."""
         if greedy or not inputs or not self.pipe.workers:
             return self.local.act(inputs, stage, greedy)
         try:
-            return [*self.pipe.act(list(inputs), self._stop)]
+            return [*self.pipe.act(list(inputs), self._stop, self.local.act_seed)]
         except RuntimeError as e:
             log.warning("async_grpo: %s; this peer samples the round itself", e)
             return self.local.act(inputs, stage)

@@ -29,7 +29,7 @@ from typing import Any
 
 import ray
 
-from genrl_swarm.core import DataManager, RewardManager, RunInterrupted, StageInput, TokenRollout
+from genrl_swarm.core import ActSeed, DataManager, RewardManager, RunInterrupted, StageInput, TokenRollout
 from genrl_swarm.paradigms.lm.async_grpo.buffer import Group, RolloutBuffer, Taken
 from genrl_swarm.paradigms.lm.async_grpo.cluster import bundle, connect, placed, release, reserve
 from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig, RayConfig
@@ -311,9 +311,10 @@ class AsyncPipeline:
         self.counters.external_groups += len(groups)
         self.buffer.put(groups)
 
-    def act(self, inputs: list[StageInput], stop: threading.Event | None = None) -> list[TokenRollout]:
+    def act(self, inputs: list[StageInput], stop: threading.Event | None = None, seed: ActSeed | None = None) -> list[TokenRollout]:
         """Sample the game's own round on a rollout worker with the newest published weights
-        (queued behind the worker's generation in flight). Workers are tried in turn within one
+        (queued behind the worker's generation in flight), its draws seeded with ``seed``
+        (``lm.seeding``: the same tokens as the peer's own policy would draw). Workers are tried in turn within one
         ``timeout`` for the whole call; RuntimeError when none answers in it; RunInterrupted as
         soon as ``stop`` is set. (A cancelled act that already runs on a worker finishes there.)"""
         with self._lock:
@@ -325,7 +326,7 @@ class AsyncPipeline:
                 break
             index = self._act_next % len(self.workers)
             self._act_next += 1
-            ref = self.workers[index].act.remote(inputs, version, box)
+            ref = self.workers[index].act.remote(inputs, version, box, seed)
             while not ray.wait([ref], timeout=0.2)[0]:
                 if stop is not None and stop.is_set():
                     ray.cancel(ref)

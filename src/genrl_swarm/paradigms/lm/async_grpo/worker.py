@@ -17,7 +17,7 @@ from typing import Any
 import ray
 import torch
 
-from genrl_swarm.core import DataManager, RewardManager, Rollout, StageInput, TokenRollout
+from genrl_swarm.core import ActSeed, DataManager, RewardManager, Rollout, StageInput, TokenRollout
 from genrl_swarm.paradigms.lm.async_grpo.buffer import Group
 from genrl_swarm.paradigms.lm.async_grpo.weight_sync import State, export_state, fetch, import_state
 from genrl_swarm.paradigms.lm.policy import LMPolicy
@@ -76,11 +76,16 @@ class RolloutWorker:
             import_state(self.policy.model, fetch(box, self.timeout))
             self.policy.version = version
 
-    def act(self, inputs: list[StageInput], version: int, box: list[Any]) -> list[TokenRollout]:
+    def act(self, inputs: list[StageInput], version: int, box: list[Any], seed: ActSeed | None = None) -> list[TokenRollout]:
         """The game's round on this replica: the peer's own inputs, sampled with the newest
-        weights, for the peer to share with the swarm (it scores and buffers them itself)."""
+        weights and the round's ``seed`` (``lm.seeding``), for the peer to share with the swarm
+        (it scores and buffers them itself)."""
         self._catch_up(version, box)
-        return self.policy.rollouts(inputs)
+        self.policy.act_seed = seed
+        try:
+            return self.policy.rollouts(inputs)
+        finally:
+            self.policy.act_seed = None  # the worker's own draws (``step``) keep its local stream
 
     def step(self, draw: int, version: int, box: list[Any]) -> StepResult:
         """Generate and score ``data.round_tasks(draw)`` with weights ``version`` (in ``box``)."""
