@@ -10,17 +10,22 @@ pragma solidity 0.8.28;
 ///   account registers is only a display label, so nothing can be squatted;
 /// - an account reports once per round: its bounded fixed-point scores (the client scales floats
 ///   by REWARD_SCALE) of the accounts it played with, itself included; an empty report is refused;
-/// - the VOTERS of a round are the accounts that reported it. A peer's reward for the round is the
-///   median of every voter's score of it, a voter that did not score it counting NEUTRAL (0), and
-///   NEUTRAL once more as a tie-breaker when the voters are even in number. So raising or lowering
-///   a reward past NEUTRAL takes a strict majority of the round's voters: an account nobody honest
-///   scored gets NEUTRAL whatever its friends say, and half of the voters (one hostile peer of a
-///   3-peer swarm scoring the other two) cannot move an honest peer's reward out of the range the
-///   honest voters gave it;
-/// - finalizeRound settles a round in pages of at most ``maxPeers`` scored peers (anyone may call
-///   it, as often as it takes): each page adds its peers' rewards to their totals, and the last
-///   gives the round's single win to the highest reward (ties: lowest keccak(round, account), a
-///   per-round order no account wins always).
+/// - the VOTERS on a peer are the accounts that scored someone other than themselves in the
+///   round, plus the peer itself when it scored only itself (a report of oneself alone is a vote
+///   on oneself, never a NEUTRAL vote on others: Sybils that only self-report never outvote the
+///   reporters who scored the round). A peer's reward for the round is the median of every
+///   voter's score of it, a voter that did not score it counting NEUTRAL (0); when the voters are
+///   even in number one more vote breaks the tie: the peer's own score of itself (NEUTRAL if it
+///   gave none). So an exact half of the voters cannot lower a peer below the range the other
+///   half and its own score give it, an account nobody honest scored gets NEUTRAL whatever its
+///   friends say, and moving a reward any further takes a strict majority;
+/// - finalizeRound settles a round in pages (anyone may call it, as often as it takes): the caller
+///   submits each page peer's median, which the contract VERIFIES by counting the votes below and
+///   equal to it, one pass over the peer's scores, so settling costs the same whatever order the
+///   voters' scores came in (a selection over voter-ordered scores cost ~150x in an adversarial
+///   order); each page adds its peers' rewards to their totals, and the last gives the round's
+///   single win to the highest reward (ties: lowest keccak(round, account), a per-round order no
+///   account wins always).
 ///
 /// Gas: a page costs about (peers in the page) x (voters of the round) reads; a report one storage
 /// write per score. docs/trust.md has the measured table (benchmarks/bench_chain_gas.py).
@@ -47,6 +52,9 @@ contract SwarmCoordinator {
     error RoundOpen(uint256 round, uint256 currentRound);
     error RoundSettling(uint256 round);
     error ZeroPageSize();
+    error PageStart(uint256 round, uint256 from, uint256 settled);
+    error PageTooLong(uint256 round, uint256 end, uint256 scoredPeers);
+    error NotMedian(address peer, int256 claimed);
 
     // ------------------------------------------------------------------ events
     event OwnershipTransferred(address indexed previousOwner, address indexed newOwner);
@@ -66,7 +74,8 @@ contract SwarmCoordinator {
     /// @notice |score| <= MAX_SCORE, i.e. |reward| <= 1e6; fits the int64 scores are stored as.
     int256 public constant MAX_SCORE = 1e6 * REWARD_SCALE;
     uint256 public constant MAX_LABEL = 128;
-    /// @notice What a voter that did not score a peer counts as, and the tie-breaking vote.
+    /// @notice What a voter that did not score a peer counts as, and the tie-breaking vote of a
+    /// peer that did not score itself.
     int256 public constant NEUTRAL = 0;
 
     // ------------------------------------------------------------------ state
@@ -84,13 +93,23 @@ contract SwarmCoordinator {
         uint256 wins; // rounds it won
     }
 
+    /// One storage slot per reporter and round: whether it scored another account (a voter on
+    /// every peer), and its score of itself (the tie-break of an even vote on it).
+    struct Voter {
+        bool scoredOthers;
+        bool ownGiven;
+        int64 own;
+    }
+
     mapping(address => Peer) private _peers;
     address[] private _accounts;
     mapping(uint256 => mapping(address => int64[])) private _scores; // round => peer => scores by others
     mapping(uint256 => address[]) private _scoredPeers; // round => peers with at least one score
     mapping(uint256 => mapping(address => address)) private _lastScored; // round => reporter => last peer it scored
     mapping(uint256 => mapping(address => bool)) private _complete; // round => reporter => its last part landed
-    mapping(uint256 => uint256) private _reporterCount; // round => accounts that submitted (the voters)
+    mapping(uint256 => uint256) private _reporterCount; // round => accounts that submitted
+    mapping(uint256 => mapping(address => Voter)) private _voter; // round => reporter => how it voted
+    mapping(uint256 => uint256) private _scorerCount; // round => reporters that scored another account (voters on all)
     mapping(uint256 => uint256) private _completeCount; // round => accounts whose report is complete
     mapping(uint256 => bool) private _finalized;
     mapping(uint256 => address) private _winner;
@@ -214,6 +233,7 @@ contract SwarmCoordinator {
         if (_complete[round][msg.sender]) revert AlreadyScored(round, msg.sender);
         if (peers.length != scores.length) revert LengthMismatch(peers.length, scores.length);
         if (peers.length == 0) revert EmptyReport();
+        Voter storage voter = _voter[round][msg.sender];
         address previous = _lastScored[round][msg.sender];
         if (previous == address(0)) _reporterCount[round] += 1;
         else if (peers[0] <= previous) revert AlreadyScored(round, msg.sender);
@@ -229,6 +249,11 @@ contract SwarmCoordinator {
             int64[] storage list = _scores[round][peer];
             if (list.length == 0) _scoredPeers[round].push(peer);
             list.push(int64(score));
+            if (peer == msg.sender) (voter.ownGiven, voter.own) = (true, int64(score));
+            else if (!voter.scoredOthers) {
+                voter.scoredOthers = true;
+                _scorerCount[round] += 1;
+            }
         }
         _lastScored[round][msg.sender] = peers[peers.length - 1];
         if (last) {
@@ -245,29 +270,33 @@ contract SwarmCoordinator {
         return round + 1 < currentRound || _completeCount[round] == _accounts.length || _settled[round] > 0;
     }
 
-    /// @notice Settles the next page of at most ``maxPeers`` scored peers of ``round`` (anyone may
-    /// call it, until it returns true): each peer's total grows by its reward; the last page gives
-    /// the round's win to the highest reward. Once a page is settled the round takes no report.
-    function finalizeRound(uint256 round, uint256 maxPeers) external returns (bool done) {
+    /// @notice Settles the next page of ``round``'s scored peers, those at ``from`` (the page
+    /// cursor, ``roundPage``) onwards, one per submitted median (anyone may call it, until it
+    /// returns true; the client reads ``votes`` and computes them). Each median is verified, not
+    /// computed: a value that is not the median of the peer's votes reverts NotMedian. Each peer's
+    /// total grows by its reward; the last page gives the round's win to the highest reward. Once
+    /// a page is settled the round takes no report.
+    function finalizeRound(uint256 round, uint256 from, int256[] calldata medians) external returns (bool done) {
         if (_finalized[round]) revert AlreadyFinalized(round);
         if (!canFinalize(round)) revert RoundOpen(round, currentRound);
-        if (maxPeers == 0) revert ZeroPageSize();
         address[] storage scored = _scoredPeers[round];
-        uint256 from = _settled[round];
-        uint256 to = scored.length - from > maxPeers ? from + maxPeers : scored.length;
-        uint256 voters = _reporterCount[round];
+        if (from != _settled[round]) revert PageStart(round, from, _settled[round]);
+        uint256 to = from + medians.length;
+        if (to > scored.length) revert PageTooLong(round, to, scored.length);
+        if (to == from && to < scored.length) revert ZeroPageSize();
         address winner = _winner[round];
         int256 best = _best[round];
         for (uint256 i = from; i < to; i++) {
             address peer = scored[i];
-            int256 reward = _reward(_scores[round][peer], voters);
+            int256 reward = medians[i - from];
+            if (!_isMedian(round, peer, reward)) revert NotMedian(peer, reward);
             _peers[peer].total += reward;
             if (winner == address(0) || reward > best || (reward == best && _tie(round, peer) < _tie(round, winner))) {
                 (winner, best) = (peer, reward);
             }
         }
         (_winner[round], _best[round]) = (winner, best);
-        _settled[round] = to == 0 ? 1 : to; // an empty round is one page
+        _settled[round] = to;
         emit RoundPageSettled(round, to, scored.length);
         done = to == scored.length;
         if (done) {
@@ -281,54 +310,46 @@ contract SwarmCoordinator {
         return uint256(keccak256(abi.encode(round, peer)));
     }
 
-    /// @dev The median of ``voters`` votes: the scores in ``list`` (each by a distinct voter), a
-    /// NEUTRAL vote for every voter that gave none, and one more NEUTRAL when ``voters`` is even,
-    /// so the count is odd and each side of the median needs a strict majority. Only ``list`` is
-    /// copied to memory: the NEUTRAL votes are counted, not stored, so a page costs what its
-    /// peers' scores cost, however many voters scored nobody.
-    function _reward(int64[] storage list, uint256 voters) private view returns (int256) {
+    /// @dev The voters on ``peer``: every account that scored another in the round, and the peer
+    /// itself when it scored only itself.
+    function _voters(uint256 round, address peer) private view returns (uint256) {
+        Voter storage voter = _voter[round][peer];
+        return _scorerCount[round] + (voter.ownGiven && !voter.scoredOthers ? 1 : 0);
+    }
+
+    /// @dev The tie-breaking vote of an even vote on ``peer``: its own score, NEUTRAL if none.
+    function _tieBreak(uint256 round, address peer) private view returns (int256) {
+        Voter storage voter = _voter[round][peer];
+        return voter.ownGiven ? int256(voter.own) : NEUTRAL;
+    }
+
+    /// @dev Whether ``median`` is the median of the votes on ``peer``: its scores, a NEUTRAL vote
+    /// for every voter that gave none, and the tie-break when the voters are even (an odd count,
+    /// so one value). One pass, counting the votes below and equal to ``median``: the same cost
+    /// in any order.
+    function _isMedian(uint256 round, address peer, int256 median) private view returns (bool) {
+        int64[] storage list = _scores[round][peer];
         uint256 m = list.length;
-        if (m == 0) return NEUTRAL;
-        uint256 neutrals = voters - m + (voters % 2 == 0 ? 1 : 0);
-        uint256 k = (m + neutrals - 1) / 2; // the median's index among all the votes
-        int64[] memory v = list;
+        uint256 voters = _voters(round, peer);
         uint256 below;
         uint256 equal;
         for (uint256 i = 0; i < m; i++) {
-            if (v[i] < NEUTRAL) below++;
-            else if (v[i] == NEUTRAL) equal++;
+            int256 v = list[i];
+            if (v < median) below++;
+            else if (v == median) equal++;
         }
-        if (k < below) return _select(v, k);
-        if (k < below + equal + neutrals) return NEUTRAL;
-        return _select(v, k - neutrals);
-    }
-
-    /// @dev Element ``k`` of ``v`` sorted (``v`` is reordered). Quickselect (Hoare partition,
-    /// middle pivot): linear on average, quadratic at worst like a sort.
-    function _select(int64[] memory v, uint256 k) private pure returns (int256) {
-        uint256 lo = 0;
-        uint256 hi = v.length - 1;
-        unchecked {
-            while (lo < hi) {
-                int64 pivot = v[(lo + hi) / 2];
-                uint256 i = lo;
-                uint256 j = hi;
-                while (i <= j) {
-                    while (v[i] < pivot) i++;
-                    while (v[j] > pivot) j--;
-                    if (i <= j) {
-                        (v[i], v[j]) = (v[j], v[i]);
-                        i++;
-                        if (j == 0) break;
-                        j--;
-                    }
-                }
-                if (k <= j) hi = j;
-                else if (k >= i) lo = i;
-                else break;
-            }
+        uint256 neutrals = voters - m;
+        if (NEUTRAL < median) below += neutrals;
+        else if (NEUTRAL == median) equal += neutrals;
+        uint256 votes = voters;
+        if (voters % 2 == 0) {
+            votes += 1;
+            int256 tie = _tieBreak(round, peer);
+            if (tie < median) below++;
+            else if (tie == median) equal++;
         }
-        return v[k];
+        uint256 k = (votes - 1) / 2; // the median's index among the votes
+        return below <= k && below + equal > k;
     }
 
     // ------------------------------------------------------------------ batched reads
@@ -352,12 +373,31 @@ contract SwarmCoordinator {
         for (uint256 i = 0; i < accounts.length; i++) out[i] = _peers[accounts[i]].registered;
     }
 
-    /// @notice ``account``'s reward for ``round`` (among the voters so far, final once the round
-    /// is) and how many voters scored it.
-    function roundReward(uint256 round, address account) external view returns (int256 median, uint256 scorers) {
-        int64[] storage list = _scores[round][account];
-        scorers = list.length;
-        median = _reward(list, _reporterCount[round]);
+    /// @notice The votes on ``account`` in ``round``: the scores it got (its own included), how
+    /// many voters there are (each voter without a score is a NEUTRAL vote) and the tie-breaking
+    /// vote used when they are even. ``round_reward`` in coord/scores.py is their median.
+    function votes(uint256 round, address account) external view returns (int64[] memory scores, uint256 voters, int256 tieBreak) {
+        return (_scores[round][account], _voters(round, account), _tieBreak(round, account));
+    }
+
+    /// @notice Whether ``median`` is ``account``'s reward for ``round`` (among the voters so far,
+    /// final once the round is): the check finalizeRound makes.
+    function isMedian(uint256 round, address account, int256 median) external view returns (bool) {
+        return _scores[round][account].length > 0 ? _isMedian(round, account, median) : median == NEUTRAL;
+    }
+
+    /// @notice How many of ``round``'s scored peers are settled (the next page's ``from``) and how
+    /// many there are.
+    function roundPage(uint256 round) external view returns (uint256 settled, uint256 scoredPeers) {
+        return (_settled[round], _scoredPeers[round].length);
+    }
+
+    /// @notice ``round``'s scored peers from index ``from``, at most ``count`` of them, in settling order.
+    function scoredPeers(uint256 round, uint256 from, uint256 count) external view returns (address[] memory out) {
+        address[] storage scored = _scoredPeers[round];
+        uint256 to = from >= scored.length ? from : (scored.length - from > count ? from + count : scored.length);
+        out = new address[](to - from);
+        for (uint256 i = from; i < to; i++) out[i - from] = scored[i];
     }
 
     function hasScored(uint256 round, address account) external view returns (bool) {

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 web3 = pytest.importorskip("web3")
 from web3.providers.eth_tester import EthereumTesterProvider  # noqa: E402
 
+from genrl_swarm.coord.chain_rewards import chain_median, next_page  # noqa: E402
 from genrl_swarm.coord.evm import ChainClient, ContractRevert, EvmCoordinator, artifact  # noqa: E402
 from genrl_swarm.core.types import RoundResult  # noqa: E402
 
@@ -35,23 +37,46 @@ class Chain:
         from eth_tester import EthereumTester, PyEVMBackend
 
         genesis = PyEVMBackend.generate_genesis_params({"gas_limit": block_gas}) if block_gas else None
-        provider = EthereumTesterProvider(EthereumTester(PyEVMBackend(genesis_parameters=genesis)))
+        funded = PyEVMBackend.generate_genesis_state(num_accounts=max(accounts, 10))  # funded at genesis: no transfers
+        provider = EthereumTesterProvider(EthereumTester(PyEVMBackend(genesis_parameters=genesis, genesis_state=funded)))
         self.w3 = web3.Web3(provider)
         tester = provider.ethereum_tester
         # Gas estimates at the block limit: one execution per estimate instead of ~14 (a revert
         # or running out of the block's gas still raises while estimating, as on a node).
         block = block_gas or 10**12
         tester.backend.chain.gas_estimator = lambda state, tx: min(binary_gas_search(state, tx, tolerance=10**12), block)
-        keys = [str(k) for k in tester.backend.account_keys]
-        for i in range(len(keys), accounts):  # more than eth-tester's 10: add and fund them
-            key = "0x" + web3.Web3.keccak(text=f"account {i}").hex().removeprefix("0x")
-            keys.append(key)
-            address = tester.add_account(key)
-            tester.send_transaction({"from": tester.get_accounts()[0], "to": address, "value": 10**21, "gas": 21000})
-        self.keys = keys[:accounts]
+        self.keys = [str(k) for k in tester.backend.account_keys][:accounts]
         self.clients = [ChainClient(self.w3, k) for k in self.keys]
         self.address = self.clients[0].deploy(num_stages=2)
         self.contract = self.w3.eth.contract(address=self.address, abi=artifact()["abi"])
+
+    def bulk(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]], batch: int = 40, gas: int = 600_000) -> list[int]:
+        """Many transactions, ``batch`` to a block (one py-evm ``mine_all`` each: a thousand
+        voters' reports in a minute, not ten): (who, function, args) each; the gas each used.
+        Raises on the first that failed."""
+        import os
+
+        chain = self.w3.provider.ethereum_tester.backend.chain
+        chain_id = self.w3.eth.chain_id
+        nonces: dict[int, int] = {}
+        used: list[int] = []
+        for start in range(0, len(calls), batch):
+            signed = []
+            for who, name, args in calls[start : start + batch]:
+                nonce = nonces.get(who, self.w3.eth.get_transaction_count(self.acct(who)))
+                nonces[who] = nonce + 1
+                tx = {"to": self.address, "data": self.contract.encode_abi(name, list(args)), "gas": gas, "nonce": nonce,
+                      "chainId": chain_id, "maxFeePerGas": 10**10, "maxPriorityFeePerGas": 1}  # fmt: skip
+                raw = self.clients[who].account.sign_transaction(tx).raw_transaction
+                signed.append(chain.get_vm().get_transaction_builder().decode(bytes(raw)))
+            _, receipts, computations = chain.mine_all(signed, mix_hash=os.urandom(32))
+            for computation in computations:
+                if computation.is_error:
+                    raise computation.error
+            used += [r.gas_used - (receipts[i - 1].gas_used if i else 0) for i, r in enumerate(receipts)]
+        for who in nonces:
+            self.clients[who]._nonce = None  # read again at the next transaction
+        return used
 
     def acct(self, who: int) -> str:
         return self.clients[who].address
@@ -79,6 +104,17 @@ class Chain:
         """``who`` scores accounts (by index) for ``round``, sorted as the contract wants."""
         pairs = sorted(((self.acct(i), round_fixed(v)) for i, v in scores.items()), key=lambda p: int(p[0], 16))
         return self.send(who, "submitScores", round, [a for a, _ in pairs], [s for _, s in pairs])
+
+    def settle(self, round: int, who: int = 0, page: int = 64) -> Any:
+        """``who`` settles the next page of ``round`` with the medians the client computes."""
+        start, medians = next_page(self.clients[0], self.contract, round, page)
+        return self.send(who, "finalizeRound", round, start, medians)
+
+    def reward(self, round: int, who: int) -> tuple[int, int]:
+        """(``who``'s reward for ``round`` as the contract verifies it, how many scored it)."""
+        median = chain_median(self.clients[0], self.contract, round, self.acct(who))
+        assert self.read("isMedian", round, self.acct(who), median)
+        return median, len(self.read("votes", round, self.acct(who))[0])
 
     def totals(self, *who: int) -> list[int]:
         return list(self.read("totalRewards", [self.acct(i) for i in who]))
@@ -132,7 +168,7 @@ def test_a_peer_id_cannot_be_squatted(chain: Chain) -> None:
     chain.score(3, 0, {1: 0.75, 2: 0.0})
     chain.send(0, "advanceRound")
     chain.send(0, "advanceRound")
-    chain.send(0, "finalizeRound", 0, 64)
+    chain.settle(0)
     assert chain.totals(1, 2) == [750_000, 0]
     assert chain.read("labels", [chain.acct(1), chain.acct(2)]) == ["victim", "victim"]
 
@@ -178,11 +214,11 @@ def test_a_peer_listed_500_times_is_one_duplicate_and_a_round_one_win(chain: Cha
     for who, scores in ((1, {2: 0.9, 3: 0.1}), (2, {1: 0.2, 3: 0.8}), (3, {1: 0.3, 2: 0.7})):
         chain.score(who, 0, scores)
     chain.send(0, "advanceRound")
-    receipt = chain.send(0, "finalizeRound", 0, 64)
+    receipt = chain.settle(0)
     assert chain.events(receipt, "RoundFinalized")[0]["args"]["winner"] == chain.acct(2)  # medians 0.2, 0.7, 0.1
     assert chain.wins(1, 2, 3) == [0, 1, 0]
     assert chain.read("roundStatus", 0) == [True, 3, chain.acct(2)]
-    chain.reverts("AlreadyFinalized", 1, "finalizeRound", 0, 64)  # settled once
+    chain.reverts("AlreadyFinalized", 1, "finalizeRound", 0, 0, [])  # settled once
     chain.reverts("AlreadyFinalized", 1, "submitScores", 0, [chain.acct(2)], [1])
 
 
@@ -192,60 +228,66 @@ def test_reward_is_the_median_of_the_others_so_one_outlier_moves_nothing(chain: 
     chain.score(3, 0, {1: 0.6})
     chain.score(4, 0, {1: 1e6})  # a friend's outlier
     chain.score(5, 0, {1: 0.4})
-    assert chain.read("roundReward", 0, chain.acct(1)) == [500_000, 4]  # median of 0.4, 0.5, 0.6, 1e6 and NEUTRAL
+    assert chain.reward(0, 1) == (500_000, 4)  # median of 0.4, 0.5, 0.6, 1e6 and NEUTRAL
     chain.send(0, "advanceRound")
     chain.score(2, 1, {1: 0.5})
     chain.score(3, 1, {1: 1e6})  # with two scorers the lower one counts: a lone friend cannot inflate
     chain.send(0, "advanceRound")
     chain.send(0, "advanceRound")
-    chain.send(0, "finalizeRound", 0, 64)
-    chain.send(0, "finalizeRound", 1, 64)
+    chain.settle(0)
+    chain.settle(1)
     assert chain.totals(1) == [1_000_000]
-    assert chain.read("roundReward", 7, chain.acct(1)) == [0, 0]
+    assert chain.reward(7, 1) == (0, 0)
 
 
-def test_the_on_chain_reward_is_round_reward_of_any_votes() -> None:
+def test_the_on_chain_reward_is_round_rewards_of_any_reports() -> None:
     """The contract and coord/scores.py agree on random rounds: ties, odd and even voter counts,
-    and voters that scored someone else (a NEUTRAL vote each)."""
+    voters that scored someone else (a NEUTRAL vote each), own scores (the tie-break) and
+    reports of oneself alone (a vote on oneself only). The contract verifies the median
+    ``round_rewards`` gives and refuses its neighbours."""
     import random
 
-    from genrl_swarm.coord.scores import round_reward
+    from genrl_swarm.coord.scores import round_rewards
 
     rng, chain = random.Random(7), Chain(accounts=10)
     chain.register(*range(10))
     for r in range(12):
-        scorers = rng.sample(range(1, 10), rng.randint(1, 9))
-        free = [a for a in range(2, 10) if a not in scorers]
-        elsewhere = rng.sample(free, min(len(free), rng.randint(0, 2)))
         pool = rng.choice([[0, 1], [-3, 0, 2, 2, 5], list(range(-50, 50))])  # many ties, or few
-        values = {who: rng.choice(pool) * SCALE // 10 for who in scorers}
-        for who, value in values.items():
-            chain.send(who, "submitScores", r, [chain.acct(0)], [value])
-        for who in elsewhere:
-            chain.send(who, "submitScores", r, [chain.acct(1)], [SCALE])
-        want = round_reward(list(values.values()), len(values) + len(elsewhere))
-        assert chain.read("roundReward", r, chain.acct(0)) == [want, len(values)], (values, elsewhere)
+        reports: dict[int, dict[int, int]] = {}
+        for who in rng.sample(range(10), rng.randint(1, 10)):
+            shape = rng.random()
+            scored = [who] if shape < 0.25 else rng.sample(range(10), rng.randint(1, 5))
+            if shape > 0.5 and who not in scored:
+                scored.append(who)
+            reports[who] = {peer: rng.choice(pool) * SCALE // 10 for peer in scored}
+            pairs = sorted(((chain.acct(p), v) for p, v in reports[who].items()), key=lambda x: int(x[0], 16))
+            chain.send(who, "submitScores", r, [a for a, _ in pairs], [v for _, v in pairs])
+        want = {peer: int(reward) for peer, reward in round_rewards(reports).items()}  # NEUTRAL is 0.0
+        for peer, reward in want.items():
+            assert chain.reward(r, peer) == (reward, sum(peer in s for s in reports.values())), (r, peer, reports)
+            for wrong in (reward - 1, reward + 1):
+                assert not chain.read("isMedian", r, chain.acct(peer), wrong)
         chain.send(0, "advanceRound")
 
 
 def test_a_round_settles_only_when_no_score_can_change_it(chain: Chain) -> None:
     chain.register(1, 2, 3)
     chain.score(1, 0, {2: 1.0})
-    assert chain.reverts("RoundOpen", 0, "finalizeRound", 0, 64).args_ == (0, 0)  # the current round
+    assert chain.reverts("RoundOpen", 0, "finalizeRound", 0, 0, []).args_ == (0, 0)  # the current round
     chain.send(0, "advanceRound")
     assert not chain.read("canFinalize", 0)  # accounts 2 and 3 may still report it
-    chain.reverts("RoundOpen", 0, "finalizeRound", 0, 64)
+    chain.reverts("RoundOpen", 0, "finalizeRound", 0, 0, [])
     chain.score(2, 0, {1: 0.5})
     chain.score(3, 0, {1: 0.5, 2: 0.0})
     assert chain.read("canFinalize", 0)  # every registered account reported: settle early
-    chain.send(5, "finalizeRound", 0, 64)  # anyone may settle, registered or not
+    chain.settle(0, 5)  # anyone may settle, registered or not
     assert chain.totals(1, 2) == [500_000, 0] and chain.wins(1, 2) == [1, 0]
     chain.score(1, 1, {2: 1.0})  # round 1: only account 1 reports; settles after its grace round
     chain.send(0, "advanceRound")
     assert not chain.read("canFinalize", 1)
     chain.send(0, "advanceRound")
     assert chain.read("canFinalize", 1)
-    chain.send(0, "finalizeRound", 1, 64)
+    chain.settle(1)
     assert chain.totals(2) == [1_000_000] and chain.wins(2) == [1]
 
 
@@ -256,7 +298,7 @@ def test_ties_go_to_one_peer_by_a_per_round_hash(chain: Chain) -> None:
         for who in (1, 2, 3):
             chain.score(who, r, {1: 0.5, 2: 0.5})
         chain.send(0, "advanceRound")
-        chain.send(0, "finalizeRound", r, 64)
+        chain.settle(r)
         winners.append(chain.read("roundStatus", r)[2])
     assert set(winners) == {chain.acct(1), chain.acct(2)}  # one winner a round, not always the same
     assert sum(chain.wins(1, 2)) == 6
@@ -342,7 +384,7 @@ def test_a_transaction_that_reverts_once_mined_is_named(chain: Chain) -> None:
     chain.register(1, 2)
     chain.send(0, "advanceRound")
     chain.send(0, "advanceRound")
-    fn = chain.contract.functions.finalizeRound(0, 64)
+    fn = chain.contract.functions.finalizeRound(0, 0, [])  # an empty round: one empty page
 
     class EstimatedBeforeTheOtherLanded:
         fn_name = "finalizeRound"
@@ -353,7 +395,7 @@ def test_a_transaction_that_reverts_once_mined_is_named(chain: Chain) -> None:
         def call(self, *args: Any, **kwargs: Any) -> Any:
             return fn.call(*args, **kwargs)
 
-    chain.send(2, "finalizeRound", 0, 64)
+    chain.settle(0, 2)
     nonce = chain.w3.eth.get_transaction_count(chain.acct(1))
     with pytest.raises(ContractRevert) as caught:
         chain.clients[1].transact(EstimatedBeforeTheOtherLanded())
@@ -368,7 +410,7 @@ def test_finalize_gas_stays_within_a_block_for_tens_of_peers() -> None:
     for who in peers:
         chain.score(who, 0, {i: (i * 7 + who) % 10 / 10 for i in peers if i != who})
     chain.send(0, "advanceRound")
-    receipt = chain.send(0, "finalizeRound", 0, 64)
+    receipt = chain.settle(0)
     assert receipt["gasUsed"] < 600_000
 
 

@@ -211,6 +211,7 @@ def test_restore_replaces_the_settled_books_and_keeps_the_open_rounds() -> None:
 # ------------------------------------------------------------------------------ EVM helpers
 web3 = pytest.importorskip("web3")
 from genrl_swarm.coord import evm  # noqa: E402
+from genrl_swarm.coord.chain_rewards import chain_median  # noqa: E402
 from genrl_swarm.coord.evm import (  # noqa: E402
     ChainClient,
     ContractRevert,
@@ -565,8 +566,8 @@ def test_report_submits_bounded_scores_of_confirmed_others(tester: Any, contract
     with caplog.at_level(logging.WARNING, logger="genrl_swarm.coord.evm"):
         me.report(RoundResult(0, "p1", {"p1": 1.0, "p2": 0.5, "p3": float("nan"), "thief": 1.0, "ghost": 1.0}, ()))
     assert "p1: round 0: reward for p3 must be finite" in caplog.text and "; not submitted" in caplog.text
-    assert contract.functions.roundReward(0, b.account).call() == [500_000, 1]
-    assert contract.functions.roundReward(0, c.account).call() == [0, 0]
+    assert chain_median(me.client, contract, 0, b.account) == 500_000 and len(contract.functions.votes(0, b.account).call()[0]) == 1
+    assert chain_median(me.client, contract, 0, c.account) == 0 and contract.functions.votes(0, c.account).call()[0] == []
 
 
 def test_report_sorts_accounts_as_the_contract_wants(tester: Any, contract: Any, tmp_path: Path) -> None:
@@ -576,7 +577,7 @@ def test_report_sorts_accounts_as_the_contract_wants(tester: Any, contract: Any,
     me = peers[0]
     me.learn_accounts({f"p{i}": co.account for i, co in enumerate(peers)})
     me.report(RoundResult(0, "p0", {"p3": 0.25, "p1": 0.5, "p2": 0.75}, ()))
-    got = [contract.functions.roundReward(0, co.account).call()[0] for co in peers[1:]]
+    got = [chain_median(me.client, contract, 0, co.account) for co in peers[1:]]
     assert got == [500_000, 750_000, 250_000]
 
 

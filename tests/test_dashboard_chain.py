@@ -11,6 +11,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 web3 = pytest.importorskip("web3")
 from web3.providers.eth_tester import EthereumTesterProvider  # noqa: E402
 
+from genrl_swarm.coord.chain_rewards import next_page  # noqa: E402
 from genrl_swarm.coord.evm import ChainClient, artifact  # noqa: E402
 from genrl_swarm.dashboard.chain import ChainStandings  # noqa: E402
 
@@ -32,7 +33,7 @@ def test_standings_come_from_the_contract_best_first() -> None:
         scores = [round(given[next(j for j, c in enumerate(clients) if c.address == a)] * SCALE) for a in others]
         client.transact(contract.functions.submitScores(0, others, scores))
     clients[0].transact(contract.functions.advanceRound())
-    clients[0].transact(contract.functions.finalizeRound(0, 64))
+    clients[0].transact(contract.functions.finalizeRound(0, *next_page(clients[0], contract, 0, 64)))
 
     chain = ChainStandings("in-process", address, w3=w3).read()
     assert chain["error"] is None and (chain["round"], chain["stage"], chain["stages"]) == (1, 0, 1)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from genrl_swarm.coord import keys
+from genrl_swarm.coord.chain_rewards import next_page
 from genrl_swarm.coord.errors import CoordinatorError
 from genrl_swarm.coord.scores import REWARD_SCALE, check_reward
 from genrl_swarm.core.interfaces import Coordinator
@@ -373,9 +374,11 @@ class EvmCoordinator(Coordinator):
             self._unsettled += 1
 
     def _settle_round(self, r: int) -> bool:
-        """Sends ``finalizeRound`` pages until round ``r`` is settled (True) or found still open
-        (False). A page that fails other than by a revert (out of gas, too big for a block) is
-        retried at half the size, down to one peer; the smaller size is kept for later rounds."""
+        """Sends ``finalizeRound`` pages, each with its peers' medians (``next_page``: the
+        contract verifies them), until round ``r`` is settled (True) or found still open (False).
+        A page another peer settled first (``PageStart``) is read again; one that fails other than
+        by a revert (out of gas, too big for a block) is retried at half the size, down to one
+        peer; the smaller size is kept for later rounds."""
         page = self.settle_page
         while True:
             finalized, _, _ = self.client.call(self._fn("roundStatus", r))
@@ -383,8 +386,9 @@ class EvmCoordinator(Coordinator):
                 return True
             if not self.client.call(self._fn("canFinalize", r)):
                 return False
+            start, medians = next_page(self.client, self.contract, r, page)
             try:
-                self._idempotent(self._fn("finalizeRound", r, page), ("AlreadyFinalized",))
+                self._idempotent(self._fn("finalizeRound", r, start, medians), ("AlreadyFinalized", "PageStart"))
             except ContractRevert:
                 raise
             except CoordinatorError:

@@ -1,12 +1,12 @@
 """LocalCoordinator: the in-process referee (the default).
 
-It keeps the books by the rules the contract enforces on chain (coord/scores.py): a report is
-the reporter's scores of the peers it played with, itself included; the round's voters are the
-peers whose report scored anyone (an empty report is no vote); a peer's reward is the median of
-all the voters' scores of it, a missing score counting NEUTRAL (``round_reward``), so only a
-strict majority of the voters moves it; the round's one win goes to the highest reward. Reports
-are accepted for the current and the previous round; older rounds are settled (frozen) and never
-change.
+It keeps the books by the rules the contract enforces on chain (coord/scores.py,
+``round_rewards``): a report is the reporter's scores of the registered peers it played with,
+itself included (an empty report is no vote); the voters on a peer are the reporters that scored
+another peer, plus the peer itself when it scored only itself; a peer's reward is the median of
+their scores of it, a missing score counting NEUTRAL and an even vote's tie broken by the peer's
+own score; the round's one win goes to the highest reward. Reports are accepted for the current
+and the previous round; older rounds are settled (frozen) and never change.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 
-from genrl_swarm.coord.scores import check_reward, round_reward, round_winner
+from genrl_swarm.coord.scores import check_reward, round_rewards, round_winner
 from genrl_swarm.core.interfaces import Coordinator
 from genrl_swarm.core.types import RoundResult
 
@@ -37,10 +37,9 @@ class LocalCoordinator(Coordinator):
         self.peers: set[str] = set()
         self._left: set[str] = set()  # peers that stopped playing: nobody waits for their reports
         self._round = 0
-        # Open rounds: round -> peer -> reporter -> score; round -> reporters.
-        self._scores: defaultdict[int, defaultdict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+        # Open rounds: round -> reporter -> its scores of registered peers (non-empty); round -> reporters.
+        self._reports: defaultdict[int, dict[str, dict[str, float]]] = defaultdict(dict)
         self._reporters: defaultdict[int, set[str]] = defaultdict(set)
-        self._voters: defaultdict[int, set[str]] = defaultdict(set)  # reporters that scored someone
         # Settled books (restored checkpoints plus frozen rounds, added in round order).
         self._rewards: defaultdict[str, float] = defaultdict(float)
         self._wins: Counter[str] = Counter()
@@ -74,11 +73,10 @@ class LocalCoordinator(Coordinator):
             if reporter in self._reporters[r]:
                 raise ValueError(f"peer {reporter} already reported round {r}")
             self._reporters[r].add(reporter)
-            for peer, score in scores.items():
-                if peer in self.peers:
-                    self._scores[r][peer][reporter] = score
-                    self._voters[r].add(reporter)
-            if reporter not in self._voters[r]:
+            known = {peer: score for peer, score in scores.items() if peer in self.peers}
+            if known:
+                self._reports[r][reporter] = known
+            else:
                 log.info("%s reported no score of a registered peer for round %d: not a vote", reporter, r)
             self._cond.notify_all()
 
@@ -101,8 +99,7 @@ class LocalCoordinator(Coordinator):
 
     def _medians(self, r: int) -> dict[str, float]:
         """Each scored peer's reward for round ``r``: the median of all the round's votes on it."""
-        voters = len(self._voters.get(r, ()))
-        return {peer: round_reward(list(by.values()), voters) for peer, by in self._scores.get(r, {}).items()}
+        return round_rewards(self._reports.get(r, {}))
 
     def _freeze(self, r: int) -> None:
         medians = self._medians(r)
@@ -111,9 +108,8 @@ class LocalCoordinator(Coordinator):
         winner = round_winner(r, medians)
         if winner is not None:
             self._wins[winner] += 1
-        self._scores.pop(r, None)
+        self._reports.pop(r, None)
         self._reporters.pop(r, None)
-        self._voters.pop(r, None)
 
     def _books(self) -> tuple[dict[str, float], Counter[str]]:
         """Settled books plus the open rounds, in round order (the same sums a resumed run makes)."""
