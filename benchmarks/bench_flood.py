@@ -1,81 +1,116 @@
-"""Does one flooding peer of four steer the honest bandit learners? (issue 28, point 4)
+"""How far can one flooding peer of four steer the honest bandit learners? (issue 42.3)
 
-The flooder is a real peer in the in-memory swarm running the real loop; only its policy is
-hostile: for every context it sends the most pulls the game allows, all of the context's
-second-best arm, each claiming behaviour log-prob -50 (so p_local / p_behaviour is huge, and the
-learner's importance-weight cap is all that bounds it). Each arm plays the same rounds; "without"
-is the three honest peers alone. Reported: the honest peers' final greedy eval (mean payoff of
-the greedy arm over every context, 1.0 = always the best arm), mean and spread over seed sets.
+Not a fixed list of attacks: a search over flood plans (tests/helpers/flood.py), i.e. which
+arms a flooder sends for each context, by payoff rank, how many pulls of each, the probability
+it claims for each (log-uniform, or right at the edge of the old consistency check), and the
+round it starts flooding in (honest before). Every plan is played by a real peer in the
+in-memory swarm running the real loop; only its policy is hostile; each arm plays the same
+rounds, "without" is the three honest peers alone.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_flood.py [--rounds 16] [--seeds 4] [--claimed-logp -50]
+The search screens random plans on a few seed sets, climbs from the worst ones by mutation,
+then measures the worst candidates on every seed set. Reported: how many plans it tried, and
+for the worst found the honest peers' final greedy eval (mean payoff of the greedy arm over
+every context, 1.0 = always the best arm) with and without it, and the relative drop, mean and
+spread over the seed sets.
 
-``--claimed-logp -2.08`` (log 1/8: a uniform policy's, a claim no receiver can call implausible)
-measures the flood the plausibility check cannot catch: its pulls then weigh at most 1 each.
+    OMP_NUM_THREADS=1 python benchmarks/bench_flood.py [--seeds 8] [--screen 60] [--climb 40]
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
-from collections.abc import Sequence
+import sys
+import time
+from pathlib import Path
 
-from genrl_swarm.comm.memory import InMemoryBackend
-from genrl_swarm.coord.local import LocalCoordinator
-from genrl_swarm.core import Body, GameConfig, GameManager, StageInput
-from genrl_swarm.games.bandit import BanditData, BanditReward, SoftmaxLearner, SoftmaxPolicy
-from genrl_swarm.games.bandit.game import ArmPulls
-from genrl_swarm.run.launcher import run_managers
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+from genrl_swarm.comm.memory import InMemoryBackend  # noqa: E402
+from genrl_swarm.coord.local import LocalCoordinator  # noqa: E402
+from genrl_swarm.run.launcher import run_managers  # noqa: E402
 
-CLAIMED_LOGP = -50.0
+from helpers import bandit_swarm  # noqa: E402
+from helpers.bandit_swarm import NUM_ARMS, NUM_GENERATIONS, ROUNDS  # noqa: E402
+from helpers.flood import FloodPlan, FloodPolicy, consistency_floor, mutate, random_plan  # noqa: E402
 
-
-class FloodPolicy(SoftmaxPolicy):
-    """Sends ``num_generations`` pulls of each context's second-best arm, claiming log-prob -50."""
-
-    def __init__(self, payoffs: list[list[float]], claimed_logp: float = CLAIMED_LOGP, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.second = [sorted(range(len(row)), key=lambda a: row[a])[-2] for row in payoffs]
-        self.claimed_logp = claimed_logp
-
-    def act(self, inputs: Sequence[StageInput], stage: int, greedy: bool = False) -> list[Body]:
-        return [
-            ArmPulls(i.task_id, i.digest, (self.second[i.context["context"]],) * self.num_generations,
-                     (self.claimed_logp,) * self.num_generations, self.version)
-            for i in inputs
-        ]  # fmt: skip
+#: Plans every search starts from: the issue's attacks (all second-best at -50, at a uniform
+#: policy's 1/8, at certainty; several second-best pulls at a modest claim mixed with a worse arm).
+KNOWN = (
+    FloodPlan(((1, 2e-22),) * 4),
+    FloodPlan(((1, 1 / 8),) * 4),
+    FloodPlan(((1, 1.0),) * 4),
+    FloodPlan(((1, consistency_floor(4, 4) * 1.01),) * 4),
+    FloodPlan(((1, 0.5),) * 3 + ((3, 0.3),)),
+    FloodPlan(((1, consistency_floor(3, 4) * 1.01),) * 3 + ((5, 0.2),)),
+)
 
 
-def honest_evals(seed: int, flooder: bool, rounds: int, claimed_logp: float = CLAIMED_LOGP) -> list[float]:
-    """The honest peers' final eval after ``rounds`` rounds, with or without the flooder."""
-    n = 4 if flooder else 3
-    managers, coordinator = [], LocalCoordinator(settle_wait=0)
-    for rank, comm in enumerate(InMemoryBackend.spawn(n)):
-        data = BanditData(tasks_per_round=6, seed=seed)  # the recipe's
-        if flooder and rank == n - 1:
-            policy: SoftmaxPolicy = FloodPolicy(data.payoffs, claimed_logp, num_stages=2, seed=1000 * seed + rank)
-        else:
-            policy = SoftmaxPolicy(num_stages=2, seed=1000 * seed + rank)
-        config = GameConfig(num_stages=2, max_rounds=rounds, exchange_timeout=30.0, mode="train_and_evaluate")
-        managers.append(GameManager(data, BanditReward(), policy, SoftmaxLearner(policy), comm, coordinator, config))
+def honest_evals(seed: int, plan: FloodPlan | None, rounds: int = ROUNDS) -> list[float]:
+    """The honest peers' final eval after ``rounds`` rounds, with a flooder playing ``plan`` as
+    the fourth peer, or the three alone (``plan`` None)."""
+    if plan is None:
+        return list(bandit_swarm.alone(seed, rounds=rounds))
+    coordinator, managers = LocalCoordinator(settle_wait=0), []
+    for rank, comm in enumerate(InMemoryBackend.spawn(4)):
+        flooder = FloodPolicy(bandit_swarm.data(seed).payoffs, plan, **bandit_swarm.policy_kwargs(seed, rank)) if rank == 3 else None
+        managers.append(bandit_swarm.manager(comm, coordinator, seed, rank, rounds, policy=flooder))
     run_managers(managers, keep_results=False)
     return [m.evaluate()["eval/reward"] for m in managers[:3]]
 
 
+def mean_eval(seed: int, plan: FloodPlan | None) -> float:
+    return statistics.mean(honest_evals(seed, plan))
+
+
+def shape(plan: FloodPlan) -> tuple[object, ...]:
+    return tuple(sorted(rank for rank, _ in plan.pulls)), plan.honest_until
+
+
+def search(seeds: int, screen: int, climb: int, rng: random.Random) -> tuple[int, list[tuple[FloodPlan, list[float]]], list[float]]:
+    """(plans tried, the three worst found with the honest eval on every seed set, the honest
+    eval on every seed set without a flooder)."""
+    base = [mean_eval(s, None) for s in range(seeds)]
+    screen_seeds = range(min(4, seeds))
+    scored: list[tuple[float, FloodPlan]] = []
+
+    def score(plan: FloodPlan) -> None:
+        drop = statistics.mean(1 - mean_eval(s, plan) / base[s] for s in screen_seeds)
+        scored.append((drop, plan))
+
+    for plan in KNOWN:
+        score(plan)
+    for _ in range(screen):
+        score(random_plan(rng, NUM_ARMS, NUM_GENERATIONS, ROUNDS))
+    for _ in range(climb):  # from one of the three worst so far
+        parent = rng.choice(sorted(scored, key=lambda x: -x[0])[:3])[1]
+        score(mutate(parent, rng, NUM_ARMS, ROUNDS))
+    finalists: list[FloodPlan] = []  # the three worst of distinct shapes (which ranks, when)
+    for _, plan in sorted(scored, key=lambda x: -x[0]):
+        if len(finalists) < 3 and all(shape(plan) != shape(f) for f in finalists):
+            finalists.append(plan)
+    full = [(plan, [mean_eval(s, plan) for s in range(seeds)]) for plan in finalists]
+    return len(scored), sorted(full, key=lambda x: statistics.mean(x[1])), base
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--rounds", type=int, default=16)  # the recipe's
-    p.add_argument("--seeds", type=int, default=4)
-    p.add_argument("--claimed-logp", type=float, default=CLAIMED_LOGP)
+    p.add_argument("--seeds", type=int, default=8, help="seed sets for the baseline and the finalists")
+    p.add_argument("--screen", type=int, default=60, help="random plans screened on 4 seed sets")
+    p.add_argument("--climb", type=int, default=40, help="mutations of the worst plans so far")
+    p.add_argument("--search-seed", type=int, default=0)
     args = p.parse_args()
-    rows = {}
-    for flooder in (False, True):
-        means = [statistics.mean(honest_evals(seed, flooder, args.rounds, args.claimed_logp)) for seed in range(args.seeds)]
-        rows[flooder] = means
-        label = "with flooder" if flooder else "without"
-        print(f"{label:13s} honest final eval {statistics.mean(means):.3f} ± {statistics.stdev(means):.3f}"
-              f"  (per seed set: {', '.join(f'{m:.3f}' for m in means)})")  # fmt: skip
-    drop = 1 - statistics.mean(rows[True]) / statistics.mean(rows[False])
-    print(f"relative drop {drop:+.1%} (target: at most 10%)")
+    start = time.monotonic()
+    tried, worst, base = search(args.seeds, args.screen, args.climb, random.Random(args.search_seed))
+    print(f"plans tried: {tried} ({time.monotonic() - start:.0f} s); seed sets: {args.seeds}")
+    print(f"without a flooder: honest final eval {statistics.mean(base):.3f} ± {statistics.stdev(base):.3f}")
+    for rank, (plan, evals) in enumerate(worst):
+        per_seed = [1 - e / b for e, b in zip(evals, base)]
+        label = "worst found" if rank == 0 else "runner-up  "
+        print(f"{label} {plan.describe()}: honest final eval {statistics.mean(evals):.3f} ± {statistics.stdev(evals):.3f}, "
+              f"relative drop {statistics.mean(per_seed):+.1%} ± {statistics.stdev(per_seed):.1%} (per seed set: "
+              f"{', '.join(f'{d:+.1%}' for d in per_seed)})")  # fmt: skip
+    print(f"goal: the worst found at most 10% (mean over {args.seeds} seed sets)")
 
 
 if __name__ == "__main__":

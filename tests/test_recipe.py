@@ -117,7 +117,7 @@ def test_same_seed_same_tasks_different_seed_different_tasks() -> None:
     "override, message",
     [
         ("learner.lr=fast", "learner.lr: expected float, got 'fast'"),
-        ("+learner.lrr=1", "learner.lrr: unknown key (accepted: policy, lr, use_swarm, max_sender_share)"),
+        ("+learner.lrr=1", "learner.lrr: unknown key (accepted: policy, lr, use_swarm)"),
         ("learner.use_swarm=3", "learner.use_swarm: expected bool, got 3"),
         ("data.num_arms=1.5", "data.num_arms: expected int, got 1.5"),
         ("game.train_every=epoch", "game.train_every: expected one of ['round', 'stage'], got 'epoch'"),

@@ -4,8 +4,8 @@ Stage 0 ("propose"): for each task (a context of a contextual bandit) a peer sam
 from its softmax policy. Stage 1 ("pick"): the peer is offered the arms the *whole swarm*
 proposed for that context and picks among them. The reward of an arm is its payoff in the
 task's hidden payoff row, recomputed locally by every peer. Peers learn by policy gradient
-with group-normalised advantages on their own and the swarm's pulls, importance-weighted by
-the sender's behaviour probabilities.
+over the arms they and the swarm pulled, weighted by their own policy, never by what a sender
+claims (``gradient.py``).
 
 What crosses the wire is a typed body (``ArmPulls``: arm indices and their log-probs), not
 text. The arms on offer in stage 1 are built by each peer from what *it* accepted; a peer's
@@ -17,7 +17,6 @@ Copy this file, change the body and the four classes, point a recipe at them: a 
 from __future__ import annotations
 
 import json
-import math
 import random
 from collections import defaultdict
 from collections.abc import Sequence
@@ -41,6 +40,7 @@ from genrl_swarm.core import (
     Weights,
 )
 from genrl_swarm.core.bodies import check_logprobs
+from genrl_swarm.games.bandit.gradient import observed, observed_gradient
 
 
 class ArmPulls(Body, frozen=True, tag="arms"):
@@ -170,42 +170,29 @@ class SoftmaxPolicy(Policy):
 
 
 class SoftmaxLearner(Learner):
-    """REINFORCE with group-normalised advantages per (stage, context). A pull is weighted by
-    p_local / p_behaviour (``importance_weight``), capped at 2 for this peer's own pulls and at 1
-    for the swarm's: the behaviour probability is the sender's claim, so a swarm pull never
-    weighs more than an own one, an implausible claim weighs 0, and so do pulls that contradict
-    their body's own claims (``consistent_claims``); ``max_sender_share`` bounds each other
-    sender's share of the update's total weight (``capped_sender_shares``)."""
+    """Policy gradient per (stage, context) over the arms this peer and (``use_swarm``) the swarm
+    pulled this round, each weighted by this peer's own policy (``gradient.observed_gradient``):
+    a body tells this peer which arms were pulled, whose rewards it computes itself; nothing a
+    sender claims (log-probs) or repeats enters the step."""
 
-    def __init__(self, policy: SoftmaxPolicy, lr: float = 0.5, use_swarm: bool = True, max_sender_share: float = 0.5) -> None:
-        if not 0 < max_sender_share <= 1:
-            raise ValueError(f"max_sender_share must be in (0, 1], got {max_sender_share!r}")
-        self.policy, self.lr, self.use_swarm, self.max_sender_share = policy, lr, use_swarm, max_sender_share
+    def __init__(self, policy: SoftmaxPolicy, lr: float = 0.5, use_swarm: bool = True) -> None:
+        self.policy, self.lr, self.use_swarm = policy, lr, use_swarm
 
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
-        groups: dict[tuple[int, str], list[tuple[str, int, float, float, bool]]] = defaultdict(list)
+        groups: dict[tuple[int, str], list[tuple[int, float]]] = defaultdict(list)
         for scored in rewards.scored:
             r = scored.rollout
             if self.use_swarm or r.peer_id == state.peer_id:
-                credibles = consistent_claims(r.body) if r.peer_id != state.peer_id else (True,) * len(r.body.arms)
-                groups[(r.stage, r.task_id)].extend((r.peer_id, *x) for x in zip(r.body.arms, scored.rewards, r.body.logprobs, credibles))
-        terms: list[tuple[str, float, np.ndarray, tuple[int, int]]] = []  # sender, weight, direction, (stage, context)
-        for (stage, task_id), group in groups.items():
-            values = np.array([g[2] for g in group])
-            if values.std() < 1e-8:
-                continue  # no signal: every sample scored the same
-            inp = state.inputs[stage][task_id]  # as this peer built it
-            probs = self.policy.probs(inp)
-            for (sender, arm, _, behaviour, credible), adv in zip(group, (values - values.mean()) / values.std()):
-                if probs[arm] > 0:  # an arm outside this peer's offer carries no gradient
-                    w = importance_weight(float(np.log(probs[arm])), behaviour, own=sender == state.peer_id) if credible else 0.0
-                    terms.append((sender, w, adv * (np.eye(len(probs))[arm] - probs) / len(group), (stage, inp.context["context"])))
-        scales = capped_sender_shares([(t[0], t[1]) for t in terms], state.peer_id, self.max_sender_share)
-        for sender, w, direction, cell in terms:
-            self.policy.logits[cell] += self.lr * w * scales.get(sender, 1.0) * direction
+                groups[(r.stage, r.task_id)].extend(zip(r.body.arms, scored.rewards))
+        steps = 0
+        for (stage, task_id), pulls in groups.items():
+            inp = state.inputs[stage][task_id]  # as this peer built it: its own offer in stage 1
+            gradient = observed_gradient(self.policy.probs(inp), observed(pulls))
+            if gradient is not None:
+                self.policy.logits[stage, inp.context["context"]] += self.lr * gradient
+                steps += 1
         self.policy.version += 1
-        mean_w = float(np.mean([t[1] for t in terms])) if terms else 1.0
-        return {"train/samples": float(len(terms)), "train/groups": float(len(groups)), "train/is_weight_mean": mean_w}
+        return {"train/groups": float(len(groups)), "train/steps": float(steps)}
 
     def weights(self) -> Weights:
         return Weights(self.policy.version, self.policy.logits)
@@ -215,53 +202,3 @@ class SoftmaxLearner(Learner):
 
     def load(self, directory: Path) -> None:
         self.lr = json.loads((directory / "learner.json").read_text())["lr"]
-
-
-#: Importance-weight caps: own pulls as before (2), the swarm's never above an own pull's 1.
-OWN_WEIGHT_CAP, SWARM_WEIGHT_CAP = 2.0, 1.0
-#: The stated tolerance of a claimed behaviour log-prob: a swarm pull whose sender claims it was
-#: more than 20x less likely under its policy than under this peer's is implausible, and weighs 0
-#: (it is not a drop: an honest sender far from this peer's policy may send one now and then).
-PLAUSIBLE_LOG_RATIO = float(np.log(20.0))
-
-
-def importance_weight(local_logp: float, behaviour_logp: float, own: bool) -> float:
-    """min(p_local / p_behaviour, cap), in log space (no division by a claimed 0); 0 for a
-    swarm pull whose claim is implausible (``PLAUSIBLE_LOG_RATIO``)."""
-    log_ratio = local_logp - behaviour_logp
-    if not own and log_ratio > PLAUSIBLE_LOG_RATIO:
-        return 0.0
-    return float(np.exp(min(log_ratio, np.log(OWN_WEIGHT_CAP if own else SWARM_WEIGHT_CAP))))
-
-
-#: A body's pulls of one arm are not credible when pulling that arm so often is less likely than
-#: this under the probability the body claims for it (or when its pulls of one arm claim
-#: different probabilities): a sender claiming a low probability to earn a high weight cannot
-#: also pull the same arm every time. An honest body falls below it at most 0.1% of the time (weight 0, no drop).
-CONSISTENCY_P = 1e-3
-
-
-def consistent_claims(body: ArmPulls) -> tuple[bool, ...]:
-    """Per pull: whether the body's own claims make its count of that arm plausible."""
-    counts: dict[int, int] = defaultdict(int)
-    claims: dict[int, set[float]] = defaultdict(set)
-    for arm, logp in zip(body.arms, body.logprobs):
-        counts[arm] += 1
-        claims[arm].add(logp)
-    n = len(body.arms)
-    credible = {}
-    for arm, k in counts.items():
-        p = float(np.exp(min(claims[arm])))
-        tail = sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))  # P(K >= k)
-        credible[arm] = len(claims[arm]) == 1 and tail >= CONSISTENCY_P
-    return tuple(credible[a] for a in body.arms)
-
-
-def capped_sender_shares(weights: Sequence[tuple[str, float]], me: str, max_share: float) -> dict[str, float]:
-    """A scale per sender so no other sender holds more than ``max_share`` of the update's total
-    weight (this peer's own pulls are never scaled: they are what the cap protects)."""
-    totals: dict[str, float] = defaultdict(float)
-    for sender, w in weights:
-        totals[sender] += abs(w)
-    whole = sum(totals.values())
-    return {s: max_share * whole / t for s, t in totals.items() if s != me and t > max_share * whole}
