@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Coroutine, Iterator
@@ -96,6 +97,48 @@ def test_a_misbehaving_tool_ends_its_session_not_the_worker(hosted: Hosted, tool
     assert session not in hosted.host.sessions
     assert hosted.host.pool.deaths - deaths == (1 if tool in ("sleep", "allocate", "crash") else 0)
     assert_worker_fine(hosted)
+
+
+def test_tool_code_sees_no_variable_of_the_peer_and_only_its_view() -> None:
+    """The kernel's sandbox (sandbox.jail): an empty environment, and a filesystem holding the
+    interpreter, the packages and the scratch root, not the peer's working directory or /etc."""
+    os.environ["GENRL_SWARM_PRIVATE_KEY"] = "canary"
+    try:
+        h = Hosted(HostConfig(tasks=("probe",), sandboxes=1, sandbox=LIMITS))
+    finally:
+        del os.environ["GENRL_SWARM_PRIVATE_KEY"]
+    try:
+        assert "jailed" in h.host.pool.isolation and "NOT JAILED" not in h.host.pool.isolation
+        assert "GENRL_SWARM_PRIVATE_KEY" not in h.step(h.new(), call("environ")).message.content
+        top = h.step(h.new(), call("listdir", path="/")).message.content.split()
+        assert "home" not in top and "proc" in top
+        assert h.step(h.new(), call("listdir", path="/etc")).message.content.split() == ["ld.so.cache"]
+        repo = Path(__file__).resolve().parents[1]  # holds README.md, the run directories, maybe keys
+        assert (repo / "README.md").is_file()
+        assert "README.md" not in h.step(h.new(), call("listdir", path=str(repo))).message.content.split()
+    finally:
+        h.close()
+
+
+def test_a_tools_cpu_is_read_from_the_tool_process_itself() -> None:
+    """Under bwrap the tool is a grandchild: its CPU clock, not bwrap's, is what is charged."""
+    from genrl_swarm.envd.jobs import CallJob
+    from genrl_swarm.envd.sandbox_pool import SandboxPool
+
+    async def spin(root: Path) -> tuple[float, bytes]:
+        pool = SandboxPool(1, LIMITS, root)
+        await pool.start()
+        try:
+            (child,) = pool._all
+            cmdline = Path(f"/proc/{child.pid}/cmdline").read_bytes()
+            _, cpu = await pool.run(CallJob("probe", "spin", {"seconds": 0.3}, None, None))
+            return cpu, cmdline
+        finally:
+            await pool.close()
+
+    cpu, cmdline = asyncio.run(spin(Path(tempfile.mkdtemp())))
+    assert b"genrl_swarm.envd.sandbox" in cmdline and b"bwrap" not in cmdline
+    assert cpu > 0.02  # bwrap's own clock would read ~0
 
 
 def test_a_spinning_tool_hits_its_cpu_limit() -> None:

@@ -116,9 +116,9 @@ def test_episodes_over_grpc_on_several_workers(served: Served, client: RemoteEnv
     assert [play_calculator(client, seed, wrong=seed % 2 == 1) for seed in range(4)] == [1.0, 0.0, 1.0, 0.0]
     sessions = [client.reset(TaskSpec("probe", i)).session for i in range(6)]
     assert sorted(len(w.sessions) for w in served.controller.workers) == [2, 2, 2]  # least-loaded routing
-    tool_pids = {int(client.step(s, ToolCall("pid")).message.content) for s in sessions}
-    worker_pids = {w.pid for w in served.controller.workers}
-    assert len(tool_pids) == 3 and not tool_pids & (worker_pids | {os.getpid()})  # tools run in each worker's sandbox
+    tools = {client.step(s, ToolCall("process")).message.content for s in sessions}  # pid:[inode]:pid, unique across namespaces
+    hosts = {f"{os.readlink(f'/proc/{pid}/ns/pid')}:{pid}" for pid in (*(w.pid for w in served.controller.workers), os.getpid())}
+    assert len(tools) == 3 and not tools & hosts  # tools run in each worker's sandbox
     for s in sessions:
         assert client.close(s)
     assert not client.close(sessions[0])

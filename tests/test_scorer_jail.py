@@ -148,8 +148,9 @@ def stall(kind: str) -> str:
 def test_a_half_written_reply_costs_at_most_the_senders_budget_and_is_charged(pool: ScorerPool, entry: dict, kind: str) -> None:
     """A round of a stranger's bodies, each scored with what is left of its budget (as
     ``score_under_budget`` does): the round waits at most the budget, and every second is the
-    stranger's."""
-    budget, spent, began = 1.0, 0.0, time.monotonic()
+    stranger's. (The sandbox is warm first: its one-time start is nobody's doing.)"""
+    assert score(pool, entry, entry["answer"], sender="warm-up")[0] == 1.0
+    budget, spent, began, waited = 1.0, 0.0, time.monotonic(), pool.cpu_wait
     for _ in range(4):
         if spent > budget:
             break
@@ -157,8 +158,59 @@ def test_a_half_written_reply_costs_at_most_the_senders_budget_and_is_charged(po
         assert isinstance(got, str), got
         spent += charged
     took = time.monotonic() - began
-    assert took <= budget + 0.5, took
+    assert took <= budget + 0.5 + (pool.cpu_wait - waited), (took, pool.cpu_wait - waited)  # a loaded machine's wait is nobody's
     assert spent >= 0.8 * min(took, budget), (spent, took)
+
+
+def signal_by_proxy(target: str, signal: int) -> str:
+    """A plain answer (no bypass needed: ``pipe`` and ``fcntl`` are not audit events) that makes
+    the kernel deliver ``signal`` to ``target`` through an fd's owner (F_SETOWN + F_SETSIG)."""
+    return (
+        "(lambda os, fcntl: (lambda r, w: (fcntl.fcntl(r, fcntl.F_SETOWN, " + target + "), fcntl.fcntl(r, 10, " + str(signal) + "),"
+        " fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC), os.write(w, b'x')))(*os.pipe()))(__import__('os'), __import__('fcntl'))"
+    )
+
+
+NEXT_WORKER = "max(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, 2, os.getpid()))"
+
+
+@pytest.mark.parametrize(("target", "signal"), [("os.getppid()", 19), ("os.getppid()", 9), (NEXT_WORKER, 19), (NEXT_WORKER, 9)])
+def test_a_worker_cannot_signal_the_zygote_or_the_next_worker_by_proxy(pool: ScorerPool, entry: dict, target: str, signal: int) -> None:
+    """Stopping the zygote froze every later call for 120 s each; stopping the next worker
+    charged the next honest sender its budget and dropped its body. Honest calls after the
+    attack must be as before: scored, fast, barely charged."""
+    honest = entry["answer"]
+    assert score(pool, entry, honest, sender="honest-before")[0] == 1.0
+    score(pool, entry, signal_by_proxy(target, signal))
+    score(pool, entry, leak_if(signal_by_proxy(target, signal)))  # and after switching the audit hook off
+    for sender in ("honest-after", "honest-later"):
+        began = time.monotonic()
+        got, charged = score(pool, entry, honest, sender=sender)
+        assert got == 1.0 and charged < 0.5 and time.monotonic() - began < 5, (got, charged)
+
+
+def test_memory_in_files_is_refused(pool: ScorerPool, entry: dict) -> None:
+    """memfd_create held 1.5 GB outside RLIMIT_AS; pipes are bounded by the open-file limit."""
+    memfd = "[__import__('os').write(__import__('os').memfd_create('m'), b'x' * (1 << 20)) for _ in range(64)]"
+    pipes = "[__import__('os').pipe() for _ in range(64)]"
+    for attack in (memfd, pipes):
+        assert score(pool, entry, leak_if(f"{attack} is not None"))[0] == 0.0
+
+
+def test_a_forged_reply_is_never_a_non_finite_score_nor_a_control_sequence(pool: ScorerPool, entry: dict) -> None:
+    """The worker's reply is the stranger's word: a forged NaN or an error text holding terminal
+    escapes reaches neither training nor this peer's logs as such."""
+    nonce = "[f.f_locals['nonce'] for f in [__import__('sys')._getframe(i) for i in range(1, 12)] if 'nonce' in f.f_locals][0]"
+    sockets = "[s for s in __import__('gc').get_objects() if type(s).__name__ == 'socket' and s.fileno() >= 0]"
+
+    def forge(reply: str) -> str:
+        frame = f"(lambda b: len(b).to_bytes(4, 'big') + b)(__import__('msgspec').msgpack.encode({reply}))"
+        return f"({BYPASS}, [__import__('os').write(s.fileno(), {frame}) for s in {sockets}], __import__('os')._exit(0))[2]"
+
+    got, _ = score(pool, entry, forge(f"{{'value': float('nan'), 'nonce': {nonce}}}"))
+    assert isinstance(got, str) and "nan" in got
+    got, _ = score(pool, entry, forge(f"{{'error': 'x\\x1b]0;owned\\x07\\r\\x1b[2Kfake log line', 'nonce': {nonce}}}"))
+    assert isinstance(got, str) and "\x1b" not in got and "\r" not in got, repr(got)
 
 
 def test_a_peer_started_from_a_terminal_keeps_it_to_itself(tmp_path: Path) -> None:
@@ -254,8 +306,9 @@ def test_a_recipe_that_needs_the_sandbox_is_refused_at_start_where_the_kernel_ca
 
 
 def test_the_chain_key_is_gone_from_the_environment_before_any_child_starts(tmp_path: Path) -> None:
-    """The key passed as GENRL_SWARM_PRIVATE_KEY is still the EVM coordinator's, and no child the
-    peer starts afterwards (a scorer, a daemon, a tool sandbox) inherits it."""
+    """The key passed as GENRL_SWARM_PRIVATE_KEY is still the EVM coordinator's, no child the peer
+    starts afterwards (a scorer, a daemon, a tool sandbox) inherits it, and none reads it back from
+    the environment the peer started with (/proc/<peer>/environ)."""
     key = "0x" + "ab" * 32
     code = textwrap.dedent("""
         import subprocess, sys
@@ -264,8 +317,9 @@ def test_the_chain_key_is_gone_from_the_environment_before_any_child_starts(tmp_
         from genrl_swarm.coord.evm import load_private_key
         run_recipe(load_recipe("bandit", ["game.max_rounds=1", "run.dir=%s", "run.console=false", "run.plot=false"]))
         print("child:", subprocess.run(["env"], capture_output=True, text=True).stdout.count("GENRL_SWARM_PRIVATE_KEY"))
+        print("environ:", subprocess.run(["cat", "/proc/%%d/environ" %% __import__("os").getpid()], capture_output=True).stdout.count(%r.encode()))
         print("coordinator:", load_private_key(None) == %r)
-    """) % (tmp_path / "run", key)
+    """) % (tmp_path / "run", key[2:], key)
     env = {**os.environ, "GENRL_SWARM_PRIVATE_KEY": key}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
-    assert "child: 0" in done.stdout and "coordinator: True" in done.stdout, done.stdout + done.stderr
+    assert "child: 0" in done.stdout and "environ: 0" in done.stdout and "coordinator: True" in done.stdout, done.stdout + done.stderr

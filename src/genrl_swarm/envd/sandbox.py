@@ -9,6 +9,7 @@ scorer sandbox uses.
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import sys
 from pathlib import Path
@@ -46,7 +47,7 @@ def serve(limits: SandboxLimits, root: Path) -> None:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)  # a tool that prints cannot corrupt the protocol
     os.chdir(root)
-    networked = not leave_network()
+    networked = not leave_network() and any(name != "lo" for _, name in socket.if_nameindex())  # jailed: no unshare, no interface
     set_limits(limits.memory_mb, limits.file_mb)
     sys.addaudithook(audit_hook(root))
     decoder, encoder = msgspec.msgpack.Decoder(Job), msgspec.msgpack.Encoder()

@@ -11,18 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import signal
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import msgspec
 
 from genrl_swarm.envd.jobs import EXIT_MEMORY, Job, Reply, SandboxDied, SandboxLimits
+from genrl_swarm.envd.tasks.registry import GROUP
+from genrl_swarm.sandbox import jail
 from genrl_swarm.sandbox.frames import pack, read_frame
 from genrl_swarm.sandbox.kernel import process_cpu
 
 log = logging.getLogger(__name__)
+
+
+def plugin_modules() -> tuple[str, ...]:
+    """The modules of installed plug-in tasks, so the sandbox's view holds them."""
+    found = (ep.module for ep in entry_points(group=GROUP) if importlib.util.find_spec(ep.module.split(".")[0]) is not None)
+    return tuple(dict.fromkeys(found))  # a broken plug-in is reported by the registry, not here
+
+
 START_TIMEOUT = 60.0  # a loaded machine can take seconds to start an interpreter
 
 
@@ -44,14 +56,24 @@ class Child:
 
     def __init__(self, proc: asyncio.subprocess.Process, limits: SandboxLimits, isolation: str) -> None:
         self.proc, self.limits, self.isolation = proc, limits, isolation
+        self._pid = proc.pid
         self._decode = msgspec.msgpack.Decoder(Reply).decode
+
+    @property
+    def pid(self) -> int:
+        """The tool process itself (under bwrap, its grandchild), for its CPU clock."""
+        return self._pid
 
     @classmethod
     async def start(cls, limits: SandboxLimits, root: Path) -> Child:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "genrl_swarm.envd.sandbox", msgspec.json.encode(limits).decode(), str(root),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        """A child in the kernel's sandbox (``sandbox.jail``: its own namespaces, a read-only view
+        of the interpreter and the task packages plus ``root`` writable, an empty environment, no
+        terminal) where the kernel allows it; elsewhere unjailed, and its isolation says so."""
+        argv = [sys.executable, "-P", "-m", "genrl_swarm.envd.sandbox", msgspec.json.encode(limits).decode(), str(root)]
+        view, jailed = jail.view_for(("genrl_swarm", *plugin_modules()), writable=(str(root),)), not jail.probe()
+        env = {} if jailed else jail.environment(view)  # never a variable of the peer's
+        argv = jail.command(view, argv) if jailed else argv
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env)
         assert proc.stdout is not None
         try:
             hello = msgspec.msgpack.decode(await asyncio.wait_for(read_frame(proc.stdout), START_TIMEOUT), type=Reply)
@@ -59,7 +81,9 @@ class Child:
             proc.kill()
             await proc.wait()
             raise SandboxDied(f"a sandbox process did not start ({type(e).__name__}, code {proc.returncode})") from None
-        return cls(proc, limits, hello.message)
+        child = cls(proc, limits, f"jailed, {hello.message}" if jailed else f"NOT JAILED ({jail.probe()}), {hello.message}")
+        child._pid = jail.leaf_pid(proc.pid) if jailed else proc.pid
+        return child
 
     async def run(self, payload: bytes) -> Reply:
         """One job; SandboxDied if the child dies or overruns the wall clock (it is then dead)."""
@@ -72,7 +96,7 @@ class Child:
             await self.proc.wait()
             raise SandboxDied(f"the tool did not finish within {self.limits.wall_seconds:g} s") from None
         except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError):
-            raise SandboxDied(death_reason(await self.proc.wait(), self.limits)) from None
+            raise SandboxDied(death_reason(jail.exit_code(await self.proc.wait()), self.limits)) from None
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -114,10 +138,10 @@ class SandboxPool:
         from /proc, for charging whoever the job was for). SandboxDied when the child died running
         it (its ``cpu_seconds``: what the child had spent)."""
         child = await self._idle.get()
-        before = process_cpu(child.proc.pid)
+        before = process_cpu(child.pid)
         try:
             reply = await child.run(self._encode(job))
-            after = process_cpu(child.proc.pid)
+            after = process_cpu(child.pid)
         except SandboxDied as e:
             e.cpu_seconds = self.limits.cpu_seconds  # it died: assume it spent its allowance
             self._all.discard(child)

@@ -66,6 +66,7 @@ def build_managers(
 ) -> tuple[list[GameManager], RunConfig]:
     """Check the whole recipe, then build one GameManager per peer hosted here, each holding
     the lock on its peer directory (a directory that holds a run needs ``resume`` or ``overwrite``)."""
+    keys.take()  # the chain key out of the environment before any peer can start a child process
     spec = resolve(cfg, rank=0)
     recipe = validate(spec)
     game, swarm, run, trust = recipe.game, recipe.swarm, recipe.run, recipe.trust
@@ -261,7 +262,6 @@ def _release(m: GameManager) -> None:
 
 def run_recipe(cfg: DictConfig, resume: bool = False, stream: TextIO | None = None, overwrite: bool = False, keep_results: bool = True) -> RunSummary:
     """Build and run the peers hosted here; returns once every one of them stopped and saved."""
-    keys.take()  # the chain key out of the environment before any peer starts a child process
     managers, run = build_managers(cfg, resume, stream, overwrite)
     signals = StopSignals(functools.partial(stop_all, managers), stream)
     results = run_managers(managers, stream, keep_results, signals)

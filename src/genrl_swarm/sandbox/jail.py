@@ -20,6 +20,7 @@ out in the recipe (``trust.scorer.unconfined``).
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -47,25 +48,46 @@ class View:
 
     read_only: tuple[str, ...]
     import_path: tuple[str, ...]
+    writable: tuple[str, ...] = ()  # a tool sandbox's scratch root: its files, nobody else's
 
 
-def view_for(modules: tuple[str, ...]) -> View:
+def view_for(modules: tuple[str, ...], writable: tuple[str, ...] = ()) -> View:
     """The interpreter (``sys.base_prefix``, and ``sys.prefix`` for a virtualenv: its libraries)
-    plus, for each module outside them (an editable install, a user's plug-in next to the
-    recipe), only its top-level package directory or file, never the directory around it."""
+    plus, for each module outside them (an editable install, a plug-in installed elsewhere), only
+    its top-level package directory or file and its distribution's metadata (which entry points
+    are read from), never the directory around them."""
     prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)}
     read_only, import_path = set(prefixes), []
     for module in modules:
-        spec = importlib.util.find_spec(module.split(".")[0])
-        origin = spec.origin if spec is not None else None
-        if spec is None or (origin is None and not spec.submodule_search_locations):
-            raise JailUnavailable(f"module {module!r} is not importable here, so it cannot be shown to the sandbox")
-        top = next(iter(spec.submodule_search_locations)) if spec.submodule_search_locations else str(origin)
-        top = os.path.realpath(top)
+        top = _top_level(module)
         if not any(top.startswith(p + os.sep) for p in prefixes):
-            read_only.add(top)
+            read_only.update((top, *_metadata_dirs(module.split(".")[0])))
             import_path.append(os.path.dirname(top))
-    return View(tuple(sorted(read_only)), tuple(dict.fromkeys(import_path)))
+    return View(tuple(sorted(read_only)), tuple(dict.fromkeys(import_path)), tuple(os.path.realpath(w) for w in writable))
+
+
+def _top_level(module: str) -> str:
+    spec = importlib.util.find_spec(module.split(".")[0])
+    if spec is None or (spec.origin is None and not spec.submodule_search_locations):
+        raise JailUnavailable(f"module {module!r} is not importable here, so it cannot be shown to the sandbox")
+    return os.path.realpath(next(iter(spec.submodule_search_locations)) if spec.submodule_search_locations else str(spec.origin))
+
+
+def _metadata_dirs(top: str) -> list[str]:
+    """The ``*.dist-info`` (or ``*.egg-info``) directories of the distributions providing ``top``."""
+    found = []
+    for name in importlib.metadata.packages_distributions().get(top, []):
+        files = importlib.metadata.distribution(name).files or []
+        meta = next((f for f in files if f.parts and f.parts[0].endswith((".dist-info", ".egg-info"))), None)
+        if meta is not None:
+            found.append(os.path.realpath(os.path.dirname(str(importlib.metadata.distribution(name).locate_file(meta)))))
+    return found
+
+
+def environment(view: View) -> dict[str, str]:
+    """All a sandboxed process's environment: ``ENV``, and ``PYTHONPATH`` for the packages the view
+    shows outside the interpreter's prefixes (processes started with ``-I`` set it themselves)."""
+    return {**dict(ENV), **({"PYTHONPATH": os.pathsep.join(view.import_path)} if view.import_path else {})}
 
 
 def bwrap() -> str:
@@ -92,10 +114,12 @@ def command(view: View, argv: list[str]) -> list[str]:
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     for path in view.read_only:
         args += ["--ro-bind", path, path]
+    for path in view.writable:
+        args += ["--bind", path, path]
     for device in _DEVICES:
         args += ["--dev-bind-try", device, device]
     args += ["--proc", "/proc", "--size", str(_SCRATCH_BYTES), "--tmpfs", SCRATCH, "--chdir", SCRATCH]
-    for name, value in ENV:
+    for name, value in environment(view).items():
         args += ["--setenv", name, value]
     return [*args, "--", *argv]
 
@@ -113,6 +137,27 @@ def probe() -> str:
     if done.returncode != 0:
         return f"the kernel refused the sandbox's namespaces (bwrap: {done.stderr.decode(errors='replace').strip()[:200]})"
     return ""
+
+
+def leaf_pid(pid: int) -> int:
+    """The sandboxed program's pid as this process sees it, under ``bwrap`` (pid ``pid``): the end
+    of the chain of only children (bwrap, the namespace's init, the program), read from the
+    kernel's /proc, never from the program. ``pid`` itself when it has no single child."""
+    while True:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                children = f.read().split()
+        except OSError:
+            return pid
+        if len(children) != 1:
+            return pid
+        pid = int(children[0])
+
+
+def exit_code(code: int | None) -> int | None:
+    """A sandboxed program's exit status as ``subprocess`` reports a direct child's: bwrap exits
+    with 128 + the signal that killed the program, which callers read as that signal."""
+    return -(code - 128) if code is not None and 128 < code < 160 else code
 
 
 def require() -> None:

@@ -15,7 +15,11 @@ anything the process could start), the syscalls below fail with EPERM:
   on the peer;
 - System V IPC and POSIX message queues: no object that outlives the worker and that the next
   worker could attach to (a worker serves one call; nothing it made may reach the next);
-- ``ioctl`` TIOCSTI and TIOCLINUX: no typing into a terminal, even one the worker somehow holds.
+- ``ioctl`` TIOCSTI and TIOCLINUX: no typing into a terminal, even one the worker somehow holds;
+- signals by proxy: ``fcntl`` F_SETOWN, F_SETOWN_EX and F_SETSIG, ``ioctl`` FIOSETOWN and
+  SIOCSPGRP (an fd's owner is who the kernel signals on I/O: with it, a worker could stop the
+  zygote or the next worker without ``kill``);
+- ``memfd_create``: memory outside the address-space limit, in files.
 
 x86-64 only (syscall numbers are per architecture); elsewhere ``install`` returns False and the
 sandbox reports that it runs without it.
@@ -54,12 +58,15 @@ DENIED = {
     "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
     "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
     "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245, "vhangup": 153, "memfd_secret": 447,
+    "memfd_create": 319,
 }  # fmt: skip
 #: open(path, flags) and openat(dirfd, path, flags): refused when flags ask to write or create.
 _OPENS = {2: 1, 257: 2}  # syscall -> index of the flags argument
 _WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND
-#: ioctl(fd, request): the terminal requests that inject input, refused whatever the fd.
-_IOCTL, _TTY_INJECT = 16, (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
+#: Second-argument values refused per syscall, whatever the fd: ioctl requests that inject terminal
+#: input (TIOCSTI, TIOCLINUX) or make an fd signal an owner (FIOSETOWN, SIOCSPGRP); fcntl
+#: commands that set an fd's owner or its signal (F_SETOWN, F_SETSIG, F_SETOWN_EX).
+_BY_SECOND_ARG = {16: (0x5412, 0x541C, 0x8901, 0x8902), 72: (8, 10, 15)}
 
 
 Insn = tuple[int, int, int, int]  # code, jump if true, jump if false, constant
@@ -77,13 +84,14 @@ def _program() -> list[Insn]:
         (_JGE, "kill", 0, 0x40000000),  # the x32 ABI: other numbers for the same calls
         *((_JEQ, "deny", 0, nr) for nr in sorted(DENIED.values())),
         *((_JEQ, f"open{nr}", 0, nr) for nr in _OPENS),
-        (_JEQ, "ioctl", 0, _IOCTL),
+        *((_JEQ, f"arg{nr}", 0, nr) for nr in _BY_SECOND_ARG),
         (_RET, 0, 0, _ALLOW),
     ]
     blocks: dict[str, list[Jump]] = {
         f"open{nr}": [(_LD, 0, 0, 16 + 8 * arg), (_JSET, "deny", 0, _WRITE_FLAGS), (_RET, 0, 0, _ALLOW)] for nr, arg in _OPENS.items()
     }
-    blocks["ioctl"] = [(_LD, 0, 0, 24), *((_JEQ, "deny", 0, request) for request in _TTY_INJECT), (_RET, 0, 0, _ALLOW)]
+    for nr, values in _BY_SECOND_ARG.items():
+        blocks[f"arg{nr}"] = [(_LD, 0, 0, 24), *((_JEQ, "deny", 0, value) for value in values), (_RET, 0, 0, _ALLOW)]
     blocks |= {"deny": deny, "kill": kill}
     starts, at = {}, len(head)
     for name, block in blocks.items():

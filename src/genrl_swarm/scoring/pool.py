@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import pickle
 import secrets
@@ -45,6 +46,7 @@ from genrl_swarm.scoring.jobs import Confinement, ScoreReply, ScorerFailed, Scor
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # a loaded machine can take a while to import the scorers
+FORK_TIMEOUT = 30.0  # a fork takes milliseconds; past this the zygote is wedged and is replaced
 _POLL = 0.02  # seconds between looks at a running worker's clocks
 _MAX_REPLY = 1 << 16
 _UCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
@@ -60,6 +62,7 @@ class Worker:
         self.sock = sock
         self.pid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))[0]
         self.pidfd = os.pidfd_open(self.pid)
+        self.waited = 0.0  # seconds of its call it spent waiting for a CPU (not charged)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -78,6 +81,7 @@ class Worker:
             return None, 0.0, "the scorer's process was gone"
         start, waited0, charged = time.monotonic(), times[1], 0.0
         try:
+            self.sock.settimeout(wall)  # a worker that stops reading cannot hold the send forever
             self.sock.sendall(pack(pickle.dumps((nonce, target, args))))
         except OSError as e:
             return None, 0.0, f"the scorer's process was gone ({type(e).__name__})"
@@ -86,7 +90,8 @@ class Worker:
         while True:
             ready, _, _ = select.select([self.sock], [], [], _POLL)
             times = run_and_wait(self.pid) or times  # None once it died: keep the last count
-            charged = max(charged, time.monotonic() - start - (times[1] - waited0))
+            self.waited = times[1] - waited0
+            charged = max(charged, time.monotonic() - start - self.waited)
             if ready:
                 chunk = _read_some(self.sock)
                 if chunk == b"":
@@ -109,6 +114,21 @@ def _read_some(sock: socket.socket) -> bytes | None:
         return None
     except OSError:
         return b""
+
+
+def _printable(text: str) -> str:
+    """A sandbox's error text as this peer logs it: no control characters (a worker writes what it
+    likes, terminal escapes included), at most 300 of them."""
+    return "".join(c if c.isprintable() else "?" for c in text[:300])
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the kernel has process ``pid`` stopped (or gone): such a worker is not used."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] in (b"T", b"t", b"Z", b"X")
+    except OSError:
+        return True
 
 
 def _parse(data: bytes, nonce: int) -> tuple[bool, ScoreReply | None, str]:
@@ -143,6 +163,7 @@ class ScorerPool:
         self._scratch: Path | None = None  # on the host only when unconfined; jailed, the sandbox has its own
         self.confinement: Confinement | None = None
         self.forks = 0
+        self.cpu_wait = 0.0  # seconds workers waited for a CPU, all calls: a loaded machine's, nobody's charge
 
     def call(self, target: str, *args: Any) -> float:
         """``target(*args)`` in a fresh sandboxed worker, on the current sender's behalf;
@@ -155,33 +176,49 @@ class ScorerPool:
                 reply, used, why = worker.call(target, args, cap, self.limits.wall_seconds)
             finally:
                 worker.kill()
+                self.cpu_wait += worker.waited
         meter.charge(used)
         if reply is None:
             raise ScorerFailed(why)
         if reply.error:
-            raise ScorerFailed(f"the scorer {reply.error}")
+            raise ScorerFailed(f"the scorer {_printable(reply.error)}")
+        if not math.isfinite(reply.value):  # the worker checks it too, but its word is the stranger's
+            raise ScorerFailed(f"the scorer returned {reply.value}")
         return reply.value
 
     def _fork(self) -> tuple[Worker, float]:
         """A fresh worker, and the seconds it took to get it (the sender's; starting the zygote is
-        not). One fork is always asked ahead, so a call usually finds its worker waiting."""
+        not). One fork is always asked ahead, so a call usually finds its worker waiting; one the
+        kernel reports stopped is thrown away for the next."""
         with self._lock:
             alive = self._control is not None and self._zygote is not None and self._zygote.poll() is None
             control = self._control if alive and self._control is not None else self._start()
             began = time.monotonic()
-            try:
-                if not self._asked:
-                    control.sendall(b"f")
-                msg, fds, _, _ = socket.recv_fds(control, 1, 1)
-                control.sendall(b"f")  # the next call's worker forks and confines itself meanwhile
-                self._asked = True
-            except OSError as e:  # TimeoutError too: a zygote that stopped forking
-                self._asked = False
-                raise Unavailable(f"the scorer sandbox's zygote is gone ({type(e).__name__})") from e
-            if msg != b"w" or len(fds) != 1:
-                raise Unavailable("the scorer sandbox's zygote did not fork a worker")
-            self.forks += 1
-            return Worker(socket.socket(fileno=fds[0])), time.monotonic() - began
+            for _ in range(2):
+                worker = self._receive(control)
+                if not _stopped(worker.pid):
+                    return worker, time.monotonic() - began
+                worker.kill()
+            raise Unavailable("the scorer sandbox forked only stopped workers")
+
+    def _receive(self, control: socket.socket) -> Worker:
+        """The worker asked for last, asking for the next; a zygote that does not answer within
+        ``FORK_TIMEOUT`` is killed (the next call starts a new one)."""
+        try:
+            if not self._asked:
+                control.sendall(b"f")
+            msg, fds, _, _ = socket.recv_fds(control, 1, 1)
+            control.sendall(b"f")  # the next call's worker forks and confines itself meanwhile
+            self._asked = True
+        except OSError as e:  # TimeoutError too: a zygote that stopped forking
+            self._asked = False
+            if self._zygote is not None:
+                self._zygote.kill()
+            raise Unavailable(f"the scorer sandbox's zygote did not fork ({type(e).__name__})") from e
+        if msg != b"w" or len(fds) != 1:
+            raise Unavailable("the scorer sandbox's zygote did not fork a worker")
+        self.forks += 1
+        return Worker(socket.socket(fileno=fds[0]))
 
     def _start(self) -> socket.socket:
         """Start the zygote (lazily: peers that never score untrusted text never pay for it),
@@ -205,7 +242,7 @@ class ScorerPool:
             self._zygote.kill()
             err = self._zygote.communicate()[1].decode(errors="replace").strip().splitlines()
             raise Unavailable(f"the scorer sandbox did not start (code {self._zygote.returncode}{': ' + err[-1][:200] if err else ''})")
-        ours.settimeout(START_TIMEOUT)  # every later fork too: a wedged zygote never hangs a call
+        ours.settimeout(FORK_TIMEOUT)  # every later fork: a wedged zygote never hangs a call
         self.confinement, self._control = Confinement(hello.decode()), ours
         if self.confinement is not Confinement.JAILED:
             log.warning(

@@ -17,6 +17,7 @@ import importlib
 import math
 import os
 import pickle
+import resource
 import signal
 import socket
 import sys
@@ -32,6 +33,7 @@ from genrl_swarm.scoring.jobs import Confinement, ScoreReply, ZygoteSpec
 from genrl_swarm.scoring.targets import resolve
 
 EXIT_MEMORY = 3
+MAX_FILES = 32  # open files a worker may hold: its socket and a scorer's few reads
 
 
 def _vm_size() -> int:
@@ -58,6 +60,7 @@ def confine(cpu_seconds: float) -> bool:
     forbid_processes()
     seccomp.not_dumpable()
     arm_cpu(cpu_seconds)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))  # pipes and files hold memory too
     return seccomp.install()
 
 

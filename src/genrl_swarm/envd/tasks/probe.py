@@ -29,6 +29,9 @@ class Probe(Task):
         Tool("allocate", "Allocate memory.", {"megabytes": Param("integer", "how much", minimum=0, maximum=1 << 20)}),
         Tool("crash", "Kill the process running the tool."),
         Tool("pid", "The id of the process running the tool."),
+        Tool("process", "The process running the tool, unique across PID namespaces: 'pid:[inode]:pid'."),
+        Tool("environ", "The names of the environment variables the tool sees."),
+        Tool("listdir", "The names in a directory.", {"path": Param("string", "path", max_length=4096)}),
         Tool(
             "connect",
             "Open a TCP connection.",
@@ -52,6 +55,12 @@ class Probe(Task):
             return Outcome(f"allocated {len(bytearray(arguments['megabytes'] << 20)) >> 20} MiB")
         elif tool == "pid":
             return Outcome(str(os.getpid()))
+        elif tool == "process":
+            return Outcome(f"{os.readlink('/proc/self/ns/pid')}:{os.getpid()}")
+        elif tool == "environ":
+            return Outcome(" ".join(sorted(os.environ)))
+        elif tool == "listdir":
+            return Outcome(" ".join(sorted(os.listdir(arguments["path"])))[:1000])
         elif tool == "crash":
             os.abort()
         elif tool == "connect":
