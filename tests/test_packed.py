@@ -1,7 +1,7 @@
 """Decode steps on fused, oneDNN-packed weights (lm.packed) compute what the model's modules
 compute, up to rounding (bf16: one rounding fewer where a residual is added inside oneDNN, and
 at 128 rows and more the plain call may pick another kernel; fp32: sums in another order): with
-biases (Qwen2), at a real model's widths, never for a module that is not a plain Linear (LoRA),
+biases (Qwen2), at a real model's widths, with LoRA adapters added to the packed base (lm.adapters),
 never with stale weights, and never bound into a compiled step. The sampler's behaviour
 log-probs on this path are checked against fresh forwards in tests/test_reference_lm.py. fp32 is
 packed on every oneDNN CPU; on a CPU without oneDNN bf16 kernels bf16 is not, and the same tests
@@ -133,15 +133,45 @@ def test_packed_steps_match_the_modules(policy: LMPolicy, which: str, group: int
         assert_close(a, b)
 
 
-def test_lora_layers_are_never_packed(policy: LMPolicy) -> None:
-    """A LoRA projection is not a plain Linear: packing its base weight would drop the adapter."""
+@pytest.mark.parametrize("targets", [["q_proj"], ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]])
+def test_lora_layers_run_packed_as_the_base_plus_their_low_rank_term(policy: LMPolicy, targets: list[str]) -> None:
+    """A LoRA projection's base weight is packed and the adapter added on top (``lm.adapters``):
+    the logits of the prefill and of decode steps are the modules' (peft's), with trained (nonzero)
+    adapters on some or all projections; the base's packing alone would drop them."""
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(LMPolicy("tiny-random", seed=1).model, LoraConfig(r=4, target_modules=["q_proj"])).to(torch.bfloat16)
-    inner = model.get_base_model().model
-    assert packing.for_decoder(inner.layers, model.get_base_model().lm_head) is None
-    packed, _ = steps(model, pack=True, count=1)
-    assert not packed
+    from genrl_swarm.paradigms.lm.adapters import adapt
+
+    model = get_peft_model(LMPolicy("tiny-random", seed=1).model, LoraConfig(r=4, target_modules=targets)).to(dtype(policy)).eval()
+    with torch.no_grad():
+        for name, w in model.named_parameters():
+            if "lora_B" in name:
+                w.normal_(0, 0.2, generator=torch.Generator().manual_seed(len(name)))
+    inner = model.get_base_model()
+    base = packing.for_decoder(inner.model.layers, inner.lm_head)
+    assert (base is not None) == PACKS[dtype(policy)]
+    if base is None:
+        return
+    packed = adapt(base, inner.model.layers, inner.lm_head)
+    assert packed is not None and packed is not base
+    for a, b in zip(run_steps(model, packed), run_steps(model, None), strict=True):
+        assert_close(a, b)
+    dropped = run_steps(model, base)[-1]
+    assert float((dropped - run_steps(model, None)[-1]).abs().max()) > 0.1  # the test sees a lost adapter
+
+
+@torch.inference_mode()
+def run_steps(model: Any, packed: packing.PackedWeights | None, count: int = 3) -> list[torch.Tensor]:
+    """``steps`` on given packed weights (None: the modules)."""
+    decoding = Decoder(model)
+    decoding.packed = packed
+    ids, mask = prompts(0)
+    buffer, logits = decoding.prefill(ids, mask, 2, ids.shape[1] + count)
+    position, out = mask.sum(1).repeat_interleave(2), [logits.clone()]
+    for s in range(count):
+        logits = decoding.step(logits.argmax(-1), position + s, buffer, ids.shape[1] + s)
+        out.append(logits.clone())
+    return out
 
 
 def first_step(model: Any, packed: packing.PackedWeights | None) -> torch.Tensor:
@@ -204,7 +234,7 @@ def test_a_compiled_step_never_runs_a_stale_packing(policy: LMPolicy, monkeypatc
 def test_another_model_is_packed_even_where_its_weight_key_repeats(policy: LMPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
     """A model rebuilt after its predecessor was freed (a LoRA merge) can reuse its addresses with
     every version counter at 0: the cache must not take it for the model it packed."""
-    monkeypatch.setattr(packing, "weight_key", lambda model: ())
+    monkeypatch.setattr(packing, "weight_key", lambda weights: ())
     cache = packing.PackCache()
     first = cache.get(Decoder(policy.sampling_model()))
     second = cache.get(Decoder(qwen2_with_biases(dtype(policy))))

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from genrl_swarm.paradigms.lm.errors import ModelLoadError
+from genrl_swarm.paradigms.lm.shared_base import SharedBase, shared_base
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,17 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 @dataclass
 class LoraSettings:
-    """Optional LoRA adapters through peft; ``r = 0`` trains the full model."""
+    """Optional LoRA adapters through peft; ``r = 0`` trains the full model.
+
+    ``shared_base``: the peers of one process share one frozen copy of the base (and its packed
+    decode weights), each holding only its adapters and their optimizer state (``lm.shared_base``);
+    False gives each peer a base of its own (as before)."""
 
     r: int = 0
     alpha: int = 16
     dropout: float = 0.0
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    shared_base: bool = True
 
 
 def resolve_model_path(name: str) -> Path | str:
@@ -75,32 +81,65 @@ def resolve_model_path(name: str) -> Path | str:
     return name  # a hub id
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """A peer's model and tokenizer, and the shared base its adapters sit on (None: a model of
+    its own). Whoever uses the model holds ``base``: the process keeps a base only while a peer does."""
+
+    model: Any
+    tokenizer: Any
+    base: SharedBase | None = None
+
+
 def load_model(name: str, device: str = "auto", dtype: str = "auto", lora: LoraSettings | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) for a hub id, local directory, ``smollm2`` or ``tiny-random``."""
+    loaded = load_peer_model(name, device, dtype, lora)
+    return loaded.model, loaded.tokenizer
+
+
+def load_peer_model(name: str, device: str = "auto", dtype: str = "auto", lora: LoraSettings | None = None) -> Loaded:
+    """``load_model``, with the shared base when ``lora`` asks for adapters on one."""
     with _LOAD_LOCK:
-        return _load_model(name, device, dtype, lora)
+        tokenizer = _load_tokenizer(name)
+        if lora is not None and lora.r > 0 and lora.shared_base:
+            base = load_shared_base(name, device, dtype)
+            return Loaded(apply_lora(base.shell(), lora), tokenizer, base)
+        model = _load_weights(name, device, dtype)
+        return Loaded(apply_lora(model, lora) if lora is not None and lora.r > 0 else model, tokenizer)
 
 
-def _load_model(name: str, device: str, dtype: str, lora: LoraSettings | None) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_shared_base(name: str, device: str = "auto", dtype: str = "auto") -> SharedBase:
+    """This process's frozen copy of ``name`` (``lm.shared_base``), loaded the first time."""
+    dev = pick_device(device)
+    return shared_base(name, str(dev), str(pick_dtype(dtype, dev)), lambda: _load_weights(name, device, dtype))
+
+
+def _load_tokenizer(name: str) -> Any:
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one bar per shard per peer drowns the round table
     where = resolve_model_path(name)
-    dev = pick_device(device)
-    torch_dtype = pick_dtype(dtype, dev)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(where))
-        model = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch_dtype)
-    except Exception as e:  # OSError, ValueError, and what safetensors or a model's code raise on a bad file
+    except Exception as e:  # OSError, ValueError, and what a tokenizer's code raises on a bad file
         raise _cannot_load(name, where, e) from e
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # generation appends on the right
-    model.to(dev)  # type: ignore[arg-type]  # transformers types .to() as a decorated method
-    if lora is not None and lora.r > 0:
-        model = apply_lora(model, lora)
-    return model, tokenizer
+    return tokenizer
+
+
+def _load_weights(name: str, device: str, dtype: str) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    where = resolve_model_path(name)
+    dev = pick_device(device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(where), dtype=pick_dtype(dtype, dev))
+    except Exception as e:  # OSError, ValueError, and what safetensors or a model's code raise on a bad file
+        raise _cannot_load(name, where, e) from e
+    return model.to(dev)  # type: ignore[arg-type]  # transformers types .to() as a decorated method
 
 
 def check_model(name: str) -> None:

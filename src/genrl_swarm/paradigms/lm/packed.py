@@ -22,12 +22,15 @@ not measured on bf16 hardware). The behaviour log-probs are always those of the 
 actually sampled from. The prefill runs on the packed weights too: in fp32 on the AMD EPYC their
 matmuls were 1.47x faster than MKL's at 33 rows (a shared prefix) and 1.13x at 96.
 
-Modules that are not plain ``nn.Linear`` (a LoRA layer) are never packed: ``for_decoder``
+A LoRA layer's base ``nn.Linear`` is packed like any other (an adapter peer's base is shared,
+and so is its packing: ``lm.shared_base``); the peer's low-rank terms are added on top by
+``lm.adapters``. Other modules that are not plain ``nn.Linear`` are never packed: ``for_decoder``
 returns None and the decoder calls the modules.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,8 +38,6 @@ from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
-
-from genrl_swarm.paradigms.lm.sampling_model import weight_key
 
 
 class Decoding(Protocol):
@@ -63,7 +64,7 @@ MIN_WIDTH = 256
 
 def pays(decoder: Decoding) -> bool:
     """Whether packing ``decoder``'s weights is measured to pay: ``available`` and wide enough."""
-    return available(decoder.dtype, decoder.device) and int(decoder.head.weight.shape[1]) >= MIN_WIDTH
+    return available(decoder.dtype, decoder.device) and int(base_linear(decoder.head).weight.shape[1]) >= MIN_WIDTH
 
 
 def available(dtype: torch.dtype, device: torch.device) -> bool:
@@ -123,64 +124,90 @@ class PackedWeights:
     head: PackedLinear
 
 
+def base_linear(module: Any) -> Any:
+    """The ``nn.Linear`` a projection multiplies by: itself, or a LoRA layer's base layer."""
+    return getattr(module, "base_layer", module)
+
+
 def _plain(*modules: Any) -> bool:
     return all(type(m) is torch.nn.Linear for m in modules)
 
 
+def _projections(layer: Any) -> list[Any]:
+    """A layer's seven base maps, in packing order: q, k, v, o, gate, up, down."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return [base_linear(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
+
+
+def base_weights(layers: Any, head: Any) -> list[torch.Tensor]:
+    """Every weight ``for_decoder`` packs: what a packing goes stale with."""
+    return [m.weight for layer in layers for m in _projections(layer)] + [base_linear(head).weight]
+
+
+def weight_key(weights: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
+    """Changes whenever one of ``weights`` is replaced or modified in place by torch's ops (see
+    ``sampling_model.weight_key`` for the fused optimizers that do not bump the counter)."""
+    return tuple((w.data_ptr(), w._version) for w in weights)
+
+
 def for_decoder(layers: Any, head: Any) -> PackedWeights | None:
-    """Packed weights of every layer and the head, or None when some projection is not a plain
-    ``nn.Linear`` (then the modules run). The MLP is the gated SiLU one: ``decoder.supports``
-    admits no other activation."""
+    """Packed base weights of every layer and the head, or None when some projection's base is
+    not a plain ``nn.Linear`` (then the modules run). LoRA terms are not included (``lm.adapters``).
+    The MLP is the gated SiLU one: ``decoder.supports`` admits no other activation."""
     packed = []
     for layer in layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        projections = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-        if not _plain(*projections):
+        q, k, v, o, gate, up, down = _projections(layer)
+        if not _plain(q, k, v, o, gate, up, down):
             return None
         packed.append(
             PackedLayer(
-                qkv=PackedLinear.of([attn.q_proj, attn.k_proj, attn.v_proj]),
-                o=PackedLinear.of([attn.o_proj]),
-                gate_up=PackedLinear.of([mlp.gate_proj, mlp.up_proj]),
-                down=PackedLinear.of([mlp.down_proj]),
-                split=(attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features),
-                inner=mlp.gate_proj.out_features,
+                qkv=PackedLinear.of([q, k, v]),
+                o=PackedLinear.of([o]),
+                gate_up=PackedLinear.of([gate, up]),
+                down=PackedLinear.of([down]),
+                split=(q.out_features, k.out_features, v.out_features),
+                inner=gate.out_features,
             )
         )
-    if not _plain(head):
+    if not _plain(base_linear(head)):
         return None
-    return PackedWeights(tuple(packed), PackedLinear.of([head]))
+    return PackedWeights(tuple(packed), PackedLinear.of([base_linear(head)]))
 
 
 class PackCache:
-    """The packed weights of the last model asked for, rebuilt only when its weights changed.
+    """The packed weights of the last weights asked for, rebuilt only when they changed.
 
     Packing costs ~0.12 s for SmolLM2 (a copy for each fusion, a reorder for each matrix), about
     what six packed decode steps save; a round that samples several times (stages, evaluations)
-    with one set of weights packs once. The key is every parameter's storage and in-place version
-    (``sampling_model.weight_key``), which changes with every optimiser step or weight load."""
+    with one set of weights packs once. The key is every packed weight's storage and in-place
+    version, which changes with every optimiser step or weight load of a fully trained model, and
+    never for a frozen base: adapter peers sharing a base (``lm.shared_base``) share one cache and
+    one packing, whichever peer asks (thread-safe)."""
 
     def __init__(self) -> None:
         # A weak reference, not id(): a model rebuilt after the old one was freed (a LoRA merge)
         # may get its id and its tensors' addresses, with every version counter back at 0.
-        self._model: Callable[[], Any] = lambda: None
+        self._first: Callable[[], Any] = lambda: None
         self._key: tuple[Any, ...] = ()
         self._packed: PackedWeights | None = None
+        self._lock = threading.Lock()
         self.packs = 0  # how often weights were packed; tests read it
 
     def get(self, decoder: Decoding) -> PackedWeights | None:
-        """Packed weights of ``decoder``'s model, or None where packing does not apply (not a
-        oneDNN CPU, bf16 without oneDNN bf16 kernels, a model narrower than ``MIN_WIDTH``, a
-        projection that is not a plain Linear)."""
+        """Packed base weights of ``decoder``'s model, or None where packing does not apply (not
+        a oneDNN CPU, bf16 without oneDNN bf16 kernels, a model narrower than ``MIN_WIDTH``, a
+        projection whose base is not a plain Linear)."""
         if not pays(decoder):
             return None
-        key = weight_key(decoder.model)
-        if self._model() is not decoder.model or key != self._key:
-            self._packed, self._key = None, ()  # free the old packing first
-            self._packed, self._key = for_decoder(decoder.layers, decoder.head), key
-            self._model = weakref.ref(decoder.model)
-            self.packs += 1
-        return self._packed
+        weights = base_weights(decoder.layers, decoder.head)
+        key = weight_key(weights)
+        with self._lock:
+            if self._first() is not weights[0] or key != self._key:
+                self._packed, self._key = None, ()  # free the old packing first
+                self._packed, self._key = for_decoder(decoder.layers, decoder.head), key
+                self._first = weakref.ref(weights[0])
+                self.packs += 1
+            return self._packed
 
 
 def gated(layer: PackedLayer, h: torch.Tensor) -> torch.Tensor:

@@ -23,8 +23,9 @@ import torch
 from genrl_swarm.core import ActSeed, Body, Policy, Refusal, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
 from genrl_swarm.core.limits import LimitError
 from genrl_swarm.paradigms.lm import heap
+from genrl_swarm.paradigms.lm.adapters import adapt
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
-from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, check_model, load_model
+from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, check_model, load_peer_model
 from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.sampling import Sampled, hf_sample, sample
 from genrl_swarm.paradigms.lm.sampling_model import DTYPES, SamplingModel
@@ -121,7 +122,9 @@ class LMPolicy(Policy):
         self.system_prompt = system_prompt
         self.lora = lora_cfg  # what a replica elsewhere is built with (async_grpo's workers and learner)
         torch.manual_seed(seed)  # LoRA init and the hf sampler draw from the global RNG
-        self.model, self.tokenizer = load_model(model, device, dtype, lora_cfg)
+        loaded = load_peer_model(model, device, dtype, lora_cfg)
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.base = loaded.base  # the frozen base this peer's adapters share with the process's other peers
         self.device = next(self.model.parameters()).device
         if self.device.type == "cpu":
             heap.keep_freed_memory()  # a decode step's big temporaries reuse their pages (lm.heap)
@@ -139,7 +142,7 @@ class LMPolicy(Policy):
         self._prompt_cache: dict[str, list[int]] = {}
         self._sampling_models: dict[str, SamplingModel] = {}
         self._compiled: tuple[Any, StepFn] | None = None  # (module, its compiled decode step)
-        self._packs = PackCache()  # the decode weights packed for oneDNN, kept while unchanged
+        self._packs = self.base.packs if self.base is not None else PackCache()  # the decode weights packed for oneDNN
 
     @classmethod
     def preflight(cls, arguments: Mapping[str, Any]) -> None:
@@ -206,7 +209,8 @@ class LMPolicy(Policy):
         if cfg.kv_cache == "static" and supports(model):
             decoder = Decoder(model)
             if cfg.pack and not cfg.compile:  # a compiled step keeps the decoder it was made from
-                decoder.packed = self._packs.get(decoder)
+                packed = self._packs.get(decoder)  # the base's: LoRA terms are added per call (lm.adapters)
+                decoder.packed = adapt(packed, decoder.layers, decoder.head) if packed is not None else None
             return sample_static(decoder, ids, mask, n, cfg.max_new_tokens, self.eos_ids, cfg.temperature, cfg.top_p,
                                  greedy, uniforms, self._stop.is_set, step_fn=self._step_fn(model, decoder))  # fmt: skip
         return sample(model, ids, mask, n, cfg.max_new_tokens, self.eos_ids, cfg.temperature, cfg.top_p,
