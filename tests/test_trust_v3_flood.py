@@ -2,8 +2,8 @@
 peer of four sending the most legal pulls of each context's second-best arm with claimed
 log-prob -50, run by real peers in the in-memory swarm. Before: every such pull got the cap
 weight 2 and the three honest learners ended near 0.6 (the wrong arm on ~40% of contexts).
-The bandit's claims and repetitions no longer enter its step at all (issue 42.3,
-tests/test_trust_v4_flood.py); the GRPO caps below still apply."""
+Since issue 42.3 no claim enters a step: the bandit's (tests/test_trust_v4_flood.py) nor a swarm
+token's in GRPO (weighted from the receiver's own policy, below)."""
 
 from __future__ import annotations
 
@@ -34,39 +34,34 @@ def test_the_flooder_no_longer_pulls_honest_learners_to_the_wrong_arm(claimed: f
     assert min(evals) >= 0.75, evals
 
 
-def test_grpo_a_swarm_token_never_weighs_more_than_an_own_token() -> None:
+def test_grpo_a_swarm_tokens_claim_is_not_read() -> None:
     """The same two completions as tests/test_off_policy.py's, the second claiming a behaviour
-    log-prob 5 below the learner's (weight e^5): from this peer's own stale rollout it gets the
-    cap 2; from a swarm sender the claim is implausible (over log 20) and the token weighs 0;
-    a plausible claim (0.5 below: weight 1.65) is capped at 1 (before: 2, e^5 capped at 2, and 1.65)."""
+    log-prob 5 below the learner's (weight e^5), 0.5 below, or 3 above: from this peer's own
+    stale rollout the claim weighs (capped at 2, or masked); from a swarm sender every claim
+    gives the plain gradient, weight 1 (issue 42.3; before: 0 when implausible, 1 when capped,
+    e^-3 when claimed above: a claim could still lower chosen tokens)."""
     from test_off_policy import gradient
 
-    none = gradient("none", (0.0, 5.0), sender="peer")[0]
+    plain = gradient("none", (0.0, 5.0), sender="peer")[0]
     for mode in ("tis", "decoupled"):
-        swarm, metrics = gradient(mode, (0.0, 5.0), sender="peer")
-        first_only = gradient("decoupled", (0.0, 5.0))[0]  # own: the second masked (over the cap)
-        assert torch.allclose(swarm, first_only, rtol=1e-3, atol=1e-7), mode
-        assert metrics["train/is_implausible_frac"] == pytest.approx(0.5)
+        for shift in ((0.0, 5.0), (0.0, 0.5), (0.0, -3.0)):
+            swarm, metrics = gradient(mode, shift, sender="peer")
+            assert torch.allclose(swarm, plain, rtol=1e-3, atol=1e-7), (mode, shift)
+            assert metrics["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
     own_tis = gradient("tis", (0.0, 0.5))[0]
-    swarm_tis = gradient("tis", (0.0, 0.5), sender="peer")[0]
-    # Linear in the second completion's weight: own e^0.5, swarm 1 = plain (none).
-    assert torch.allclose(swarm_tis, gradient("none", (0.0, 0.5), sender="peer")[0], rtol=1e-3, atol=1e-7)
-    assert not torch.allclose(own_tis, swarm_tis, rtol=1e-3, atol=1e-7)
-    assert not torch.allclose(none, swarm, rtol=1e-3, atol=1e-7)
+    assert not torch.allclose(own_tis, plain, rtol=1e-3, atol=1e-7)  # an own claim still weighs: e^0.5
 
 
-def test_grpo_loss_caps_swarm_rows_only() -> None:
-    from genrl_swarm.paradigms.lm.grpo_loss import PLAUSIBLE_LOG_RATIO as PLAUSIBLE_LOG_RATIO_LM
+def test_grpo_loss_weighs_swarm_rows_from_the_receivers_policy() -> None:
     from genrl_swarm.paradigms.lm.grpo_loss import importance_weights
 
     prox = torch.zeros(2, 2)
     behaviour = torch.tensor([[-0.5, -50.0], [-0.5, -50.0]])
+    for mode in ("tis", "decoupled"):
+        weight, keep = importance_weights(prox, behaviour, mode, 2.0, swarm=torch.tensor([0.0, 1.0]))
+        assert weight[1].tolist() == [1.0, 1.0] and keep[1].tolist() == [1.0, 1.0]  # swarm: its claims unread
     weight, keep = importance_weights(prox, behaviour, "tis", 2.0, swarm=torch.tensor([0.0, 1.0]))
-    assert weight[0].tolist() == pytest.approx([math.exp(0.5), 2.0])  # own row: the is_cap
-    assert weight[1].tolist() == pytest.approx([1.0, 0.0]) and keep[1].tolist() == [1.0, 0.0]  # swarm: 1, implausible 0
-    at_tolerance = torch.full((1, 1), -PLAUSIBLE_LOG_RATIO_LM, dtype=torch.float64)  # exactly the stated tolerance: plausible
-    weight, _ = importance_weights(torch.zeros(1, 1, dtype=torch.float64), at_tolerance, "tis", 2.0, swarm=torch.ones(1))
-    assert weight.item() == 1.0
+    assert weight[0].tolist() == pytest.approx([math.exp(0.5), 2.0])  # own row: its claims, the is_cap
 
 
 def test_grpo_one_sender_fills_at_most_its_cap_of_the_external_share() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from genrl_swarm.core import Rollout, ScoredRollout, Task, TokenRollout, TokenSample
 from genrl_swarm.games.bandit.gradient import observed, observed_gradient
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
@@ -56,3 +57,35 @@ def test_repeating_an_arm_or_adding_one_the_receiver_never_plays_moves_nothing()
     flooded = observed_gradient(probs, observed([(0, 1.0)] + [(1, 0.5)] * 50 + [(2, 0.0)] * 50))
     assert once is not None and flooded == pytest.approx(once)
     assert observed_gradient(probs, observed([(1, 0.5), (1, 0.5)])) is None  # one reward: no signal
+
+
+def group(sender: str, task: str, rewards: tuple[float, ...], completions: tuple[tuple[int, ...], ...] | None = None) -> ScoredRollout:
+    """One sender's GRPO group for ``task``: completion i is (i,) unless given."""
+    inp = Task.create(task).input(0)
+    ids = completions or tuple((i + 1,) for i in range(len(rewards)))
+    samples = tuple(TokenSample(c, (-1.0,) * len(c), "stop") for c in ids)
+    return ScoredRollout(Rollout(sender, 0, 0, TokenRollout(inp.task_id, inp.digest, (1, 2), samples, 0, "tok")), rewards)
+
+
+def test_grpo_a_swarm_group_is_measured_against_the_receivers_own_group() -> None:
+    """Own group for the prompt: rewards (0, 1, 0, 1), mean 0.5, spread 0.5. A sender's
+    good-but-not-best completion (0.75) among deliberately bad ones got +2.0 against its own
+    group; against the receiver's it gets +0.5, however many bad ones come with it, and a
+    completion repeated in the group counts once."""
+    from genrl_swarm.paradigms.lm.swarm_baseline import advantages
+
+    own = group("me", "q", (0.0, 1.0, 0.0, 1.0))
+    alone = group("flooder", "q", (0.75, 0.0, 0.0, 0.0))
+    crowded = group("flooder", "q", (0.75,) + (0.0,) * 7)
+    repeated = group("flooder", "q", (0.75, 0.75, 0.75, 0.0), ((9,), (9,), (9,), (5,)))
+    assert advantages([alone], None, "group")[0][1][0].item() == pytest.approx(1.732, abs=1e-3)  # its own group: sqrt(3)
+    for swarm in (alone, crowded):
+        (_, mine), (_, theirs) = advantages([own, swarm], "me", "group")
+        assert theirs[0].item() == pytest.approx(0.5, abs=1e-3) and mine.tolist() == pytest.approx([-1.0, 1.0, -1.0, 1.0], abs=1e-3)
+        assert theirs[1:].tolist() == pytest.approx([-1.0] * (len(swarm.rewards) - 1), abs=1e-3)
+    (_, _), (keep, theirs) = advantages([own, repeated], "me", "group")
+    assert keep == [0, 3] and theirs.tolist() == pytest.approx([0.5, -1.0], abs=1e-3)
+    (_, _), (_, clipped) = advantages([group("me", "q", (0.0, 0.0, 0.0, 0.0)), alone], "me", "group")
+    assert clipped[0].item() == pytest.approx(math.sqrt(3))  # no own spread: at most an own completion's reach
+    (_, other) = advantages([own, group("flooder", "another prompt", (0.75, 0.0))], "me", "group")[1]
+    assert other.tolist() == pytest.approx([1.0, -1.0], abs=1e-3)  # no own group for it: its own (not covered)

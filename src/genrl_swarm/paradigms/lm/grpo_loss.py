@@ -14,12 +14,12 @@ per-token weight w = pi_prox / mu (from the sender's behaviour log-probs) correc
   (they still count in the normaliser, so micro-batches accumulate to the full batch).
 Weights are detached: they reweigh the gradient, they are not optimised.
 
-A swarm token's mu is only its sender's claim, so a sender could raise its own weight by
-claiming a tiny mu. Rows marked ``swarm`` therefore get the cap min(cap, SWARM_IS_CAP = 1): a
-swarm token never weighs more than one of this peer's own on-policy tokens; and a claim more
-than PLAUSIBLE_LOG_RATIO (log 20) below this peer's log-prob of the same token is implausible,
-so the token weighs 0 (masked as in ``decoupled``; not a drop: senders far from this peer's
-policy are honest too). With nucleus
+A swarm token's mu is only its sender's claim: a tiny claim raised its weight, a large one
+lowered it, token by token (a cap of 1 and a plausibility check bounded the first, not the
+second). Rows marked ``swarm`` are therefore weighted from this peer's own policy, not the claim:
+their behaviour is taken to be the proximal policy (``behaviour_of``), so a swarm token weighs
+exactly what one of this peer's own on-policy tokens weighs, whatever its sender claims (issue
+42.3; the group's advantages are this peer's too: ``swarm_baseline``). With nucleus
 sampling (top_p < 1) mu is the renormalised nucleus while pi_prox is the full tempered softmax,
 so even on-policy weights sit below 1 (by the kept mass): the right weight for learning the
 untruncated policy from truncated samples.
@@ -27,7 +27,6 @@ untruncated policy from truncated samples.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
@@ -38,11 +37,6 @@ OffPolicy = Literal["none", "tis", "decoupled"]
 
 #: exp() of larger log-weights overflows float32; weights this large are capped or masked anyway.
 MAX_LOG_WEIGHT = 20.0
-#: A swarm token never weighs more than an own on-policy token (pi_prox / mu = 1).
-SWARM_IS_CAP = 1.0
-#: The stated tolerance of a sender's claimed behaviour log-prob: a swarm token whose claim is
-#: more than log(20) below this peer's proximal log-prob of it is implausible (weight 0).
-PLAUSIBLE_LOG_RATIO = math.log(20.0)
 
 
 def group_advantages(rewards: list[torch.Tensor], scale: Scale = "group", eps: float = 1e-4) -> list[torch.Tensor]:
@@ -90,12 +84,12 @@ def raw_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor) -> torch.
     return torch.exp((prox_logp - behaviour_logp).detach().clamp(max=MAX_LOG_WEIGHT))
 
 
-def implausible(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, swarm: torch.Tensor | None) -> torch.Tensor:
-    """Per-token 1 where a swarm row's claimed log-prob is over PLAUSIBLE_LOG_RATIO below pi_prox's."""
+def behaviour_of(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, swarm: torch.Tensor | None) -> torch.Tensor:
+    """The behaviour log-probs the weights use: the claimed ones for this peer's own rows, the
+    proximal policy's (detached) for rows another peer sent, whose claims are not read."""
     if swarm is None:
-        return torch.zeros_like(prox_logp)
-    far = (prox_logp - behaviour_logp).detach() > PLAUSIBLE_LOG_RATIO
-    return (far & (swarm.unsqueeze(1) > 0)).to(prox_logp.dtype)
+        return behaviour_logp
+    return torch.where(swarm.unsqueeze(1) > 0, prox_logp.detach(), behaviour_logp)
 
 
 def importance_weights(
@@ -105,18 +99,16 @@ def importance_weights(
 
     ``none``: 1 and keep all; ``tis``: min(pi_prox/mu, cap), keep all; ``decoupled``:
     pi_prox/mu, keep only tokens with pi_prox/mu <= cap. ``swarm`` ([B], 1 for a row another
-    peer sent) lowers those rows' cap to SWARM_IS_CAP and weighs their implausible tokens 0.
+    peer sent): those rows weigh 1 and are kept, their claims unread (``behaviour_of``).
     """
-    raw = raw_weights(prox_logp, behaviour_logp)
+    raw = raw_weights(prox_logp, behaviour_of(prox_logp, behaviour_logp, swarm))
     ones = torch.ones_like(raw)
     if mode == "none":
         return ones, ones  # the claim is not used: nothing to inflate
-    caps = torch.full_like(raw[:, :1], cap) if swarm is None else torch.where(swarm.unsqueeze(1) > 0, min(cap, SWARM_IS_CAP), cap).to(raw.dtype)
-    plausible = 1 - implausible(prox_logp, behaviour_logp, swarm)
     if mode == "tis":
-        return torch.minimum(raw, caps) * plausible, plausible
+        return torch.minimum(raw, torch.full_like(raw, cap)), ones
     if mode == "decoupled":
-        keep = (raw <= caps).to(raw.dtype) * plausible
+        keep = (raw <= cap).to(raw.dtype)
         return raw * keep, keep
     raise ValueError(f"off_policy must be none, tis or decoupled, got {mode!r}")
 
@@ -146,11 +138,11 @@ def grpo_loss(
     every completion token of the batch (DAPO); ``sequence`` averages tokens within a sequence,
     then sequences (GRPO). Stats are means over this micro-batch's tokens (``tokens`` of them);
     the importance-weight stats describe the raw weight pi_prox/mu, whatever the mode.
-    ``swarm`` ([B], 1 for rows other peers sent) caps their weights (``importance_weights``).
+    ``swarm`` ([B], 1 for rows other peers sent): their claims are not read (``behaviour_of``).
     """
     objective, clipped = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high)
     mask = mask.to(objective.dtype)
-    behaviour = old_logp.detach() if behaviour_logp is None else behaviour_logp
+    behaviour = behaviour_of(old_logp, old_logp.detach() if behaviour_logp is None else behaviour_logp, swarm)
     weight, _ = importance_weights(old_logp, behaviour, off_policy, is_cap, swarm)
     per_token = -objective * weight
     kl = torch.zeros_like(per_token)
@@ -177,6 +169,5 @@ def grpo_loss(
         "is_weight_max": float((raw * mask).max()) if mask.any() else 1.0,
         "is_truncated_frac": mean((raw > is_cap).to(mask.dtype)),
         "behaviour_kl": mean(k3_kl(behaviour.detach(), old_logp.detach())),
-        "is_implausible_frac": mean(implausible(old_logp, behaviour, swarm)),
     }
     return loss, stats

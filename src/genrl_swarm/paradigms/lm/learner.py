@@ -31,11 +31,12 @@ from typing import Any
 import torch
 
 from genrl_swarm.core import GameState, Learner, RoundRewards, ScoredRollout, TokenRollout, Weights
-from genrl_swarm.paradigms.lm.grpo_loss import Aggregation, OffPolicy, Scale, group_advantages, grpo_loss
+from genrl_swarm.paradigms.lm.grpo_loss import Aggregation, OffPolicy, Scale, grpo_loss
 from genrl_swarm.paradigms.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
 from genrl_swarm.paradigms.lm.precision import Precision, autocast, compute_dtype
 from genrl_swarm.paradigms.lm.prefix import Chunk, Chunking, PrefixBatch, SharedPrefixForward, group_by_prompt
 from genrl_swarm.paradigms.lm.selection import sapo_select
+from genrl_swarm.paradigms.lm.swarm_baseline import advantages
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
 
@@ -159,6 +160,7 @@ class GRPOLearner(Learner):
         warmup = max(self.cfg.warmup_steps, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
         self.steps = 0  # optimizer steps
+        self._peer: str | None = None  # this peer, while training
         self.version = policy.version  # updates; what bodies sampled after the next load report
 
     # ------------------------------------------------------------------ data
@@ -172,15 +174,16 @@ class GRPOLearner(Learner):
 
     def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
         """(prompt ids, completion ids, behaviour log-probs, advantage) per completion, exactly
-        as in the bodies; groups whose rewards are all equal carry no signal and are skipped."""
-        rewards = [torch.tensor(s.rewards, dtype=torch.float32) for s in chosen]
+        as in the bodies; groups with no advantage carry no signal and are skipped. A swarm
+        group is measured against this peer's own group for the same prompt, its repeats once
+        (``swarm_baseline``)."""
         out = []
-        for scored, adv in zip(chosen, group_advantages(rewards, self.cfg.scale_rewards)):
+        for scored, (keep, adv) in zip(chosen, advantages(chosen, self._peer, self.cfg.scale_rewards)):
             if torch.all(adv.abs() < 1e-6):
                 continue
             body: TokenRollout = scored.rollout.body
-            for s, a in zip(body.samples, adv.tolist()):
-                out.append(Sample(body.prompt_ids, s.completion_ids, s.logprobs, a))
+            for i, a in zip(keep, adv.tolist()):
+                out.append(Sample(body.prompt_ids, body.samples[i].completion_ids, body.samples[i].logprobs, a))
         return out
 
     def collate(self, samples: Sequence[Sample]) -> Batch:
@@ -234,6 +237,7 @@ class GRPOLearner(Learner):
         return [self.collate(samples[i : i + size]) for i in range(0, len(samples), size)]
 
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
+        self._peer = state.peer_id  # whose groups are baselines for the swarm's (``samples``)
         chosen = self.select(state, rewards)
         samples = mark_swarm(self.samples(chosen), chosen, state.peer_id)
         if not samples:
@@ -244,7 +248,7 @@ class GRPOLearner(Learner):
         self.model.train()
         self._store_logps(units, prefix, dtype)
         total_tokens = float(sum(float(c.completion_mask.sum()) for c in _loss_units(units)))
-        sums = dict.fromkeys(("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl", "is_implausible_frac"), 0.0)
+        sums = dict.fromkeys(("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl"), 0.0)
         acc = {"loss": 0.0, "is_max": 0.0}
         params = [p for p in self.model.parameters() if p.requires_grad]
 
