@@ -123,6 +123,12 @@ class LocalCoordinator(Coordinator):
                 wins[winner] += 1
         return rewards, wins
 
+    def settled(self, round: int) -> bool:
+        """Whether ``round`` is frozen: past its grace round, no report can change it any more
+        (what an audit waits for before it reads the books)."""
+        with self._cond:
+            return round + 1 < self._round and round not in self._reporters
+
     def standings(self) -> Mapping[str, float]:
         with self._cond:
             return self._books()[0]

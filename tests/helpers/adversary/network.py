@@ -1,0 +1,53 @@
+"""The in-memory board as a transport that serves each puller apart (as a HiveMind peer does):
+what a receiver collects from a sender is what that sender chose to show *it*.
+
+Every peer of a harness run uses ``RiggedBackend`` with one shared ``Network``: a hostile peer
+writes its second face or its hiding into the network, and each receiver's collect applies it.
+Honest peers behave exactly as ``InMemoryBackend``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from genrl_swarm.comm import InMemoryBackend, InMemorySwarm
+from genrl_swarm.comm.base import Phase, RawExchange
+from genrl_swarm.core.identity import Identity
+
+Slot = tuple[str, str, int, int, Phase]  # receiver, sender, round, stage, phase
+
+
+@dataclass
+class Network:
+    """Per-receiver deliveries of one run: ``faces`` replaces what a receiver collects from a
+    sender for a slot; ``hidden`` (receiver, sender, stage) withholds that sender's reveals."""
+
+    swarm: InMemorySwarm = field(default_factory=InMemorySwarm)
+    faces: dict[Slot, bytes] = field(default_factory=dict)
+    hidden: set[tuple[str, str, int]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def show(self, receiver: str, sender: str, round: int, stage: int, phase: Phase, data: bytes) -> None:
+        with self.lock:
+            self.faces[(receiver, sender, round, stage, phase)] = data
+
+    def deliver(self, receiver: str, round: int, stage: int, phase: Phase, got: dict[str, bytes]) -> dict[str, bytes]:
+        with self.lock:
+            shown = {s: self.faces.get((receiver, s, round, stage, phase), b) for s, b in got.items()}
+            return {s: b for s, b in shown.items() if phase == "commit" or (receiver, s, stage) not in self.hidden}
+
+
+class RiggedBackend(InMemoryBackend):
+    """An in-memory peer whose collects go through ``network``."""
+
+    def __init__(self, network: Network, peer_id: str, identity: Identity | None = None) -> None:
+        super().__init__(network.swarm, peer_id, identity=identity)
+        self.network = network
+
+    def _exchange_bytes(
+        self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None
+    ) -> RawExchange:
+        raw = super()._exchange_bytes(round, stage, phase, data, timeout, wait_for)
+        return RawExchange(self.network.deliver(self.peer_id, round, stage, phase, dict(raw.payloads)), raw.expected, raw.missing)
