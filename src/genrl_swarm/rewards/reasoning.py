@@ -29,6 +29,15 @@ def accuracy(task: Task, completion: str, scorer: Scorer | None = None) -> float
     return lenient_accuracy(task, completion, scorer)
 
 
+def exact_accuracy(task: Task, completion: str) -> float:
+    """1 when Reasoning Gym's extraction of ``completion`` (the last closed ``<answer>`` block,
+    stripped: ``tagged_answer``) is exactly the task's answer string, else 0: Reasoning Gym's
+    default rule without its partial credit (``len(oracle)/len(answer)`` for an answer that
+    merely contains the oracle, which pays ``<answer>2 - 1</answer>`` 0.2). An echo of the
+    question, an untagged number or "the answer is 1" earn nothing (docs/evidence.md)."""
+    return 1.0 if task.answer is not None and tagged_answer(completion) == task.answer else 0.0
+
+
 def lenient_accuracy(task: Task, completion: str, scorer: Scorer | None = None) -> float:
     """Credit for the answer wherever a small model leaves it (an unclosed tag, ``\\boxed{}``,
     "the answer is", the last number): a shaping term for training, never the evaluation metric."""
@@ -50,7 +59,10 @@ class ReasoningReward(RewardManager):
     text from strangers (then in-process, faster). ``sandbox``: the sandbox's limits
     (``ScorerLimits`` fields: cpu_seconds, wall_seconds, memory_mb, file_mb, workers, unconfined);
     where the kernel cannot build the sandbox, building this refuses to go on unless
-    ``unconfined`` is set."""
+    ``unconfined`` is set.
+
+    ``exact``: a task without a Reasoning Gym entry (digits) and without a plug-in ``scorer`` is
+    scored by ``exact_accuracy`` instead of the lenient extraction ``accuracy`` falls back to."""
 
     def __init__(
         self,
@@ -60,7 +72,9 @@ class ReasoningReward(RewardManager):
         scorer: str | None = None,
         scorer_audited: bool = False,
         sandbox: Mapping[str, Any] | None = None,
+        exact: bool = False,
     ) -> None:
+        self.exact = exact
         self.accuracy_weight, self.format_weight, self.lenient_weight = accuracy_weight, format_weight, lenient_weight
         self.scorer = Scorer(scorer, Audit.OURS if scorer_audited else Audit.SANDBOXED) if scorer else None
         configure(limits_from(sandbox or {}), (scorer.partition(":")[0],) if scorer and not scorer_audited else ())
@@ -69,5 +83,7 @@ class ReasoningReward(RewardManager):
         return [self._reward(task, text) for text in rollout.texts]
 
     def _reward(self, task: Task, text: str) -> float:
-        reward = self.accuracy_weight * accuracy(task, text, self.scorer) + self.format_weight * float(well_formatted(text))
+        exact = self.exact and self.scorer is None and task.metadata.get("entry") is None
+        hit = exact_accuracy(task, text) if exact else accuracy(task, text, self.scorer)
+        reward = self.accuracy_weight * hit + self.format_weight * float(well_formatted(text))
         return reward + (self.lenient_weight * lenient_accuracy(task, text, self.scorer) if self.lenient_weight else 0.0)
