@@ -22,13 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from genrl_swarm.core.meter import metered
-from genrl_swarm.scoring import ScorerFailed, ScorerLimits
 from genrl_swarm.scoring.pool import ScorerPool
+
+from helpers.spiral import spiral, spiral_entry, spiral_pool
 
 pytest.importorskip("reasoning_gym")
 
-SPIRAL = "genrl_swarm.scoring.rg_sandboxed:score"
 SECRET = "0x5ec2e7-chain-key"
 #: Replace the audit hook's ``refuse`` with a no-op: afterwards the hook refuses nothing.
 BYPASS = (
@@ -68,24 +67,18 @@ def secrets_around(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
 
 @pytest.fixture(scope="module")
 def pool(secrets_around: dict[str, Path]) -> Iterator[ScorerPool]:
-    p = ScorerPool(ScorerLimits(cpu_seconds=1.0, wall_seconds=60.0, workers=2), ("genrl_swarm.scoring.rg_sandboxed",))
+    p = spiral_pool()
     yield p
     p.close()
 
 
 @pytest.fixture(scope="module")
 def entry() -> dict:
-    import reasoning_gym
-
-    return dict(reasoning_gym.create_dataset("spiral_matrix", size=1, seed=3)[0])
+    return spiral_entry()
 
 
 def score(pool: ScorerPool, entry: dict, answer: str, budget: float = 2.0, sender: str = "evil") -> tuple[float | str, float]:
-    with metered(sender, budget) as m:
-        try:
-            return pool.call(SPIRAL, "spiral_matrix", {}, answer, entry), m.spent
-        except ScorerFailed as e:
-            return str(e), m.spent
+    return spiral(pool, entry, answer, sender, budget)
 
 
 def test_the_bypass_works_so_the_attacks_below_test_the_kernel(pool: ScorerPool, entry: dict) -> None:

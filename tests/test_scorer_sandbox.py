@@ -9,36 +9,25 @@ from pathlib import Path
 
 import pytest
 
-from genrl_swarm.core.meter import CutOff, metered
+from genrl_swarm.core.meter import CutOff
 from genrl_swarm.scoring import ScorerFailed, ScorerLimits
 from genrl_swarm.scoring.pool import ScorerPool
 
-pytest.importorskip("reasoning_gym")
+from helpers.spiral import spiral, spiral_entry, spiral_pool
 
-SPIRAL = "genrl_swarm.scoring.rg_sandboxed:score"
+pytest.importorskip("reasoning_gym")
 
 
 @pytest.fixture(scope="module")
 def pool() -> ScorerPool:
-    p = ScorerPool(ScorerLimits(cpu_seconds=1.0, wall_seconds=60.0, workers=2), ("genrl_swarm.scoring.rg_sandboxed",))
+    p = spiral_pool()
     yield p
     p.close()
 
 
 @pytest.fixture(scope="module")
 def entry() -> dict:
-    import reasoning_gym
-
-    return dict(reasoning_gym.create_dataset("spiral_matrix", size=1, seed=3)[0])
-
-
-def spiral(pool: ScorerPool, entry: dict, answer: str, sender: str = "evil", budget: float = 2.0) -> tuple[float | str, float]:
-    """(score or the failure, seconds charged to ``sender``)."""
-    with metered(sender, budget) as m:
-        try:
-            return pool.call(SPIRAL, "spiral_matrix", {}, answer, entry), m.spent
-        except ScorerFailed as e:
-            return str(e), m.spent
+    return spiral_entry()
 
 
 def test_reasoning_gyms_eval_scorer_cannot_write_a_file_or_start_a_process(pool: ScorerPool, entry: dict, tmp_path: Path) -> None:
