@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import logging
+import os
 import threading
 import time
 import warnings
@@ -299,10 +300,11 @@ def test_load_private_key_from_a_file_or_the_environment(tmp_path: Path, monkeyp
     assert load_private_key(str(tmp_path / "k")) == KEY
     monkeypatch.setenv("MY_KEY", " " + KEY.removeprefix("0x") + " ")
     assert load_private_key(None, "MY_KEY") == KEY.removeprefix("0x")
-    monkeypatch.delenv("MY_KEY")
+    assert "MY_KEY" not in os.environ  # taken out of the environment: no child inherits it
+    assert load_private_key(None, "MY_KEY") == KEY.removeprefix("0x")  # and still this process's
     with pytest.raises(CoordinatorError) as none:
-        load_private_key(None, "MY_KEY")
-    assert str(none.value) == "no private key: set coordinator.key_file=PATH or the MY_KEY environment variable"
+        load_private_key(None, "NEVER_SET_KEY")
+    assert str(none.value) == "no private key: set coordinator.key_file=PATH or the NEVER_SET_KEY environment variable"
 
 
 def test_load_private_key_errors_name_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
