@@ -175,12 +175,16 @@ def test_a_live_member_that_never_commits_costs_the_full_wait_once(trio: tuple[H
     """A member that keeps renewing its membership and never commits (stalled, or hostile) was
     waited for until the commit deadline in every exchange, and never reported late: the swarm ran
     at the pace of its timeout for as long as it stayed. Now it is late (dropped, never counted)
-    and gets the short wait (a tenth of the timeout, once a round) while it stays silent."""
+    and gets the short wait (a tenth of the timeout, once a round) while it stays silent. It
+    started (its record says it reached its first exchange): one that never did only ever gets the
+    short wait (``test_trust_v4_readiness.py``)."""
     from genrl_swarm.core.trust import waited_for_again
 
     a, b, silent = (backend(trio[0], swarm="silent") for _ in range(3))
     try:
+        silent.membership.mark_ready()
         wait_until(lambda: all(len(p.membership.live()) == 3 for p in (a, b, silent)), 20, "the three to see each other")
+        wait_until(lambda: a.started(silent.peer_id) and b.started(silent.peer_id), 20, "a and b to see it started")
         took = []
         for round in range(4):
             start = time.monotonic()
@@ -189,6 +193,7 @@ def test_a_live_member_that_never_commits_costs_the_full_wait_once(trio: tuple[H
             for peer in (a, b):
                 assert got[peer.peer_id].late == {silent.peer_id} and set(got[peer.peer_id].received) == {a.peer_id, b.peer_id}
         probe = waited_for_again(0)  # the one round it is waited for in full again, at both
+        assert took[0] >= 4.0, took  # the full wait, once
         assert [r for r in (1, 2, 3) if took[r] >= 4.0] == [r for r in (1, 2, 3) if r == probe], took  # before: >= 6 s every round
     finally:
         for p in (a, b, silent):

@@ -33,7 +33,8 @@ def test_a_basis_naming_more_senders_than_max_sources_is_refused_not_rebuilt() -
     narrow = tuple(sorted(Ref(0, p, d) for p, d in list(state.sources[0].items())[:16]))  # another view, within the rule
     later = {peer: tuple(echo(i, "Choice: Student #1") for i in mine) for peer in (honest, hostile)}
     state.sources[1] = dict.fromkeys(later, "00")
-    rebuilt = manager._rebuild(state, 1, basis, ExchangeResult(dict(later), {}, 3, bases={hostile: wide, honest: narrow}), later)
+    exchange = ExchangeResult(dict(later), {}, 3, bases={hostile: wide, honest: narrow})
+    rebuilt = manager.views.rebuild(state, 1, basis, exchange, later, deadline=0.0).inputs
     assert hostile not in rebuilt and hostile not in later  # before: rebuilt with 64 students in its prompt
     assert len(rebuilt[honest][mine[0].task_id].context["students"]) == 16
     (drop,) = [d for d in state.drops if d.peer_id == hostile]

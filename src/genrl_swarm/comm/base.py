@@ -19,11 +19,18 @@ this peer acts on and passes on (``Envelope.evidence``): ``comm.commitments``. T
 run, ``comm.epoch``) is settled before this peer's first signature and kept in its run
 directory, beside the log of what it signed last (``comm.signed_log``).
 
+Fetching: every payload this peer revealed or received (matching its commitment) is held for a
+round or two (``comm.held``) and served by its digest; ``fetch`` gets the earlier payloads a
+later-stage basis names that this peer lacks, from its store or from other peers
+(``_fetch_bytes``: the senders that named it first), each checked against a validly signed
+commitment of this run before it is read (``core.views`` says when and why).
+
 Waiting: the reveal phase (and a transport's commit phase) waits the full deadline only for
-members (as the transport knows them) not marked late (a missed full wait marks a member until
-its next probe round, one in ``LATE_WINDOW`` + 1, the same at every peer: ``waited_for_again``);
-others (fresh ids, recent stallers) get ``FRESH_SHARE`` of the timeout (``short_wait``), each its
-own (``patience``). Once a member stays silent through its short wait it gets none again that
+members (as the transport knows them) that have committed since their (re)start (``started``: a
+peer restarted, or still loading, is a member before it can commit) and are not marked late (a
+missed full wait marks a member until its next probe round, one in ``LATE_WINDOW`` + 1, the same
+at every peer: ``waited_for_again``); others (fresh ids, members not started yet, recent
+stallers) get ``FRESH_SHARE`` of the timeout (``short_wait``), each its own (``patience``). Once a member stays silent through its short wait it gets none again that
 round, even while another member is still owed one, and ids that are not
 members share one such budget a round: a stream of new ids that commit and never reveal costs at
 most one short wait a round, a member that stalls one full wait per ``LATE_WINDOW`` + 1 rounds
@@ -40,6 +47,7 @@ import hashlib
 import logging
 import time
 from abc import abstractmethod
+from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,17 +56,18 @@ from typing import Any, ClassVar, Literal
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, PayloadError, encode_signed, open_commitment
 from genrl_swarm.comm.commitments import KEEP_ROUNDS, CommitmentBook, Proof
 from genrl_swarm.comm.epoch import Epoch, save_epoch, saved_epoch
+from genrl_swarm.comm.held import HeldPayloads
 from genrl_swarm.comm.signed_log import SignedLog
 from genrl_swarm.core.bodies import Body, Envelope
 from genrl_swarm.core.identity import Identity, public_key_of, verify_key
-from genrl_swarm.core.interfaces import Communication, ExchangeResult
+from genrl_swarm.core.interfaces import Communication, ExchangeResult, Fetched, FetchedPayload
 from genrl_swarm.core.trust import waited_for_again
 from genrl_swarm.core.types import Ref
 from genrl_swarm.protocol.exchange import Deadlines
 
 log = logging.getLogger(__name__)
 Phase = Literal["commit", "reveal"]
-__all__ = ["FRESH_SHARE", "KEEP_ROUNDS", "SIGNED_LOG", "ByteBackend", "Phase", "RawExchange"]
+__all__ = ["FRESH_SHARE", "KEEP_ROUNDS", "SIGNED_LOG", "ByteBackend", "HeldAsk", "Phase", "RawExchange"]
 
 
 #: Share of an exchange's timeout a committer that is not an established, punctual member is
@@ -77,6 +86,16 @@ class RawExchange:
     payloads: dict[str, bytes]
     expected: int | None = None
     missing: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class HeldAsk:
+    """One payload to fetch by its digest: the size its signed commitment names (the most bytes
+    read from anyone) and whom to ask before the other members: the senders that named it (they
+    built on it, so they hold it), then the one that produced it."""
+
+    size: int
+    first: tuple[str, ...]
 
 
 class ByteBackend(Communication):
@@ -110,6 +129,8 @@ class ByteBackend(Communication):
         self.committed_sizes: dict[str, int] = {}
         #: Every commitment of this run seen, and the proofs of equivocation they make.
         self.ledger = CommitmentBook(swarm, Epoch.new())
+        #: The payloads this peer revealed or received, by digest: what others fetch (``comm.held``).
+        self.held = HeldPayloads()
         self._late: dict[str, int] = {}  # sender -> last round it was late in (no commitment, or no reveal)
         self.run_dir: Path | None = None  # this peer's run directory (``bind_run``)
         self.signed_log: SignedLog | None = None  # the last (round, stage) this identity signed, per epoch
@@ -224,10 +245,21 @@ class ByteBackend(Communication):
         wait). Transports that only pull from members they know say True."""
         return True
 
+    def started(self, peer: str) -> bool:
+        """Whether member ``peer`` has committed since its (re)start, as far as this transport
+        can tell: only then is it worth the full wait (``punctual``) and counted toward a start
+        gate. A member that restarts (kill -9 and rejoin) or is still loading its model is a
+        member before it can commit: waited for in full, it stalled every survivor up to its
+        whole start-up (8.9 s a round on a saturated machine; a loading peer the full 180 s).
+        Transports whose members cannot restart alone (one process, one torchrun job, whose
+        peers are all built before any plays) say True."""
+        return True
+
     def punctual(self, peer: str, round: int) -> bool:
-        """An established member not marked late, or past its mark (``waited_for_again``): worth the full wait."""
+        """A member that has started (``started``) and is not marked late, or is past its mark
+        (``waited_for_again``): worth the full wait. The one rule for who gets the full wait."""
         late = self._late.get(peer)
-        return self.is_member(peer) and (late is None or round >= waited_for_again(late))
+        return self.is_member(peer) and self.started(peer) and (late is None or round >= waited_for_again(late))
 
     def short_wait(self, peers: Collection[str], round: int, left: float) -> float:
         """How long to wait for ``peers`` (not punctual): ``fresh_wait``, unless every member among
@@ -289,6 +321,7 @@ class ByteBackend(Communication):
         commits = self._commitments(mine, deadlines.commit, dropped)
         self.committed_sizes = {s: c.size for s, c in commits.items()}
         reveal = self._reveal(round, stage, payload, commits, deadlines.reveal)
+        self.held.put(round, payload)  # revealed now: served by its digest from here on, never before
         received: dict[str, tuple[Body, ...]] = {}
         bases: dict[str, tuple[Ref, ...]] = {}
         costs: dict[str, float] = {}
@@ -302,6 +335,7 @@ class ByteBackend(Communication):
                 envelope = self._open(reveal.payloads.get(sender), commits[sender], body_type)
                 bases[sender] = self.ledger.references(envelope, self.verify)
                 received[sender] = tuple(envelope.bodies)
+                self.held.put(round, reveal.payloads[sender])
             except PayloadError as e:
                 dropped[sender] = str(e)
                 if sender not in reveal.payloads:
@@ -328,6 +362,53 @@ class ByteBackend(Communication):
             costs={s: c for s, c in costs.items() if s in received},
             vouched=frozenset(s for s in received if self.vouches_for(s)),
         )
+
+    def fetch(self, round: int, wanted: Mapping[Ref, str], body_type: type[Body], timeout: float) -> Fetched:
+        """Each payload ``wanted`` names, once a validly signed commitment of this run names its
+        digest (held, or a basis record of this exchange checked now: ``CommitmentBook.signed_for``):
+        from this peer's store, else from other peers (``_fetch_bytes``), then opened like a
+        revealed payload (size, digest, the codec's bounds, sender, round and stage) and its own
+        basis read. Each naming sender pays for what its refs cost (``Fetched.costs``); a payload
+        had is held from then on, so this peer serves it too. A proof of equivocation found in
+        what it read is reported at once (``Fetched.equivocators``), as an exchange reports one."""
+        deadline, proven = time.monotonic() + timeout, set(self.proofs)
+        costs: defaultdict[str, float] = defaultdict(float)
+        failed: dict[Ref, str] = {}
+        records: dict[Ref, Commitment] = {}
+        for ref, namer in wanted.items():
+            start = time.thread_time()
+            record = self.ledger.signed_for(round, ref, self.verify)
+            costs[namer] += time.thread_time() - start
+            if record is None or record.size > self.codec.max_bytes:
+                failed[ref] = "no validly signed commitment of this run names it" if record is None else "its commitment is over the size limit"
+            else:
+                records[ref] = record
+        local = {ref: self.held.get(record.digest) for ref, record in records.items()}
+        asks = {r.digest: HeldAsk(r.size, tuple(dict.fromkeys((wanted[ref], ref.sender)))) for ref, r in records.items() if local[ref] is None}
+        got = self._fetch_bytes(round, asks, _left(deadline)) if asks else {}
+        payloads: dict[Ref, FetchedPayload] = {}
+        for ref, record in records.items():
+            blob = local[ref] if local[ref] is not None else got.get(record.digest)
+            if blob is None:
+                failed[ref] = f"no peer asked held it within {timeout:.1f}s"
+                continue
+            start = time.thread_time()
+            try:
+                envelope = self._open(blob, record, body_type)
+                payloads[ref] = FetchedPayload(tuple(envelope.bodies), self.ledger.references(envelope, self.verify))
+                self.held.put(round, blob)
+            except PayloadError as e:
+                failed[ref] = str(e)
+            finally:
+                costs[wanted[ref]] += time.thread_time() - start
+        equivocators = {p: proof.describe() for p, proof in self.proofs.items() if p not in proven}  # in what a fetch read
+        return Fetched(payloads, failed, dict(costs), equivocators)
+
+    def _fetch_bytes(self, round: int, asks: Mapping[bytes, HeldAsk], timeout: float) -> dict[bytes, bytes]:
+        """Payloads by digest from other peers, within ``timeout``: for each, bytes of exactly
+        its size whose sha256 is its digest. A transport where every peer receives every payload
+        (one all-gather) asks nobody."""
+        return {}
 
     def _reveal(self, round: int, stage: int, payload: bytes, commits: Mapping[str, Commitment], deadline: float) -> RawExchange:
         """Reveal; collect the committers' payloads: all of them for at most ``fresh_wait``

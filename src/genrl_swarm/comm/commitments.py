@@ -19,6 +19,12 @@ nor a flood of records costs honest peers their trust or their CPU:
   whatever the signature says (``GameManager._rebuild``); checking them let one payload of 256
   self-signed records cost 42-52 ms. Records for slots it holds are checked: a forged one drops
   the payload (provable), a valid different one is a proof.
+
+A basis record for a slot this peer does not hold is kept, unchecked, until the next exchange
+(``named``): if the game then fetches the payload it names (``core.views``), ``signed_for``
+checks that one signature, charged to the sender that named it, and the record is remembered
+like any other. Kept for one exchange only, so a flood of self-signed records costs memory for
+as long as the payloads carrying them were held anyway.
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ class CommitmentBook:
     epoch: Epoch
     slots: dict[Slot, tuple[bytes, bytes]] = field(default_factory=dict)  # -> (payload sha256, signed commitment)
     proofs: dict[str, Proof] = field(default_factory=dict)  # sender -> its proof
+    #: (slot, payload sha256) -> a basis record for a slot not held, unchecked: this exchange's only.
+    named: dict[tuple[Slot, bytes], bytes] = field(default_factory=dict)
 
     def names_this_run(self, record: Commitment) -> bool:
         return record.swarm == self.swarm and record.epoch == self.epoch.value
@@ -83,11 +91,33 @@ class CommitmentBook:
             log.warning("%s signed two commitments for r%d/s%d (equivocation)", record.sender, record.round, record.stage)
 
     def forget(self, round: int) -> None:
-        """Drop what is older than the window (nothing newer than ``round`` is ever stored)."""
+        """At each exchange: drop what is older than the window (nothing newer than ``round`` is
+        ever stored), and the unchecked records of the exchange before."""
+        self.named.clear()
         for slot in [s for s in self.slots if s[0] < round - KEEP_ROUNDS]:
             del self.slots[slot]
         for peer in [p for p, proof in self.proofs.items() if proof.round < round - KEEP_ROUNDS]:
             del self.proofs[peer]
+
+    def signed_for(self, round: int, ref: Ref, verify: Verify) -> Commitment | None:
+        """The validly signed commitment of this run naming ``ref``'s payload, or None: one this
+        peer holds (either face of an equivocation), else a basis record of this exchange naming
+        it, checked now (its signature, once) and remembered. What a fetch by digest trusts."""
+        slot, digest = (round, ref.stage, ref.sender), bytes.fromhex(ref.digest)
+        proof = self.proofs.get(ref.sender)
+        held = [self.slots[slot][1]] if slot in self.slots else []
+        for blob in [*held, *((proof.first, proof.second) if proof is not None and proof.round == round else ())]:
+            record = _parse(blob)[0]
+            if (record.round, record.stage, record.sender, record.digest) == (*slot, digest):
+                return record
+        blob = self.named.pop((slot, digest), None)
+        if blob is None:
+            return None
+        record, message, signature = _parse(blob)
+        if not self.names_this_run(record) or not verify(record.sender, message, signature):
+            return None
+        self.remember(record, blob)
+        return record
 
     def signed(self, round: int, basis: Sequence[Ref]) -> list[bytes]:
         """The signed commitments of ``basis`` (this peer's sources), as held."""
@@ -111,6 +141,8 @@ class CommitmentBook:
             if slot in self.slots:
                 self._check(record, blob, message, signature, verify)
                 self.remember(record, blob)
+            else:  # not checked: only a fetch of the payload it names needs it (``signed_for``)
+                self.named.setdefault((slot, record.digest), blob)
             refs.append(Ref(record.stage, record.sender, record.digest.hex()))
         for blob in envelope.evidence:
             record, message, signature = _parse(blob)

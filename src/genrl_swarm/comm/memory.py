@@ -4,17 +4,20 @@ Payloads still go through signatures, commitments and the codec, so a game that 
 works on the wire. The board plays an authenticated transport: a member's slot can only be
 written through the handle it got when joining, as a libp2p stream can only come from the key
 that opened it. Strangers may post under ids of their own; the checks in ``ByteBackend`` decide.
+A fetch by digest asks members one by one what they hold (``InMemoryBackend.serve_held``), as a
+HiveMind peer asks over a stream: never the board, which is not what any one peer received.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
+from genrl_swarm.comm.base import ByteBackend, HeldAsk, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES
 from genrl_swarm.comm.epoch import Epoch
 from genrl_swarm.core.identity import Identity
@@ -31,6 +34,7 @@ class InMemorySwarm:
         self.members: set[str] = set()
         self.keys: dict[str, bytes] = {}  # member -> public key, announced on joining
         self._handles: dict[str, object] = {}
+        self._holders: dict[str, Callable[[bytes, str], bytes | None]] = {}  # member -> (digest, asker) -> what it holds
         self._boards: dict[Slot, dict[str, bytes]] = {}
         self._slots_of: defaultdict[str, list[Slot]] = defaultdict(list)
         self._playing: dict[str, int] = {}  # member -> latest round it posted
@@ -56,9 +60,23 @@ class InMemorySwarm:
             handle = self._handles[peer_id] = object()
             return handle
 
+    def serve(self, peer_id: str, handle: object, held: Callable[[bytes, str], bytes | None]) -> None:
+        """``held(digest, asker)``: what member ``peer_id`` answers when asked for a payload by its digest."""
+        with self._cond:
+            if handle is not self._handles.get(peer_id):
+                raise PermissionError(f"only {peer_id} can serve as {peer_id}")
+            self._holders[peer_id] = held
+
+    def held_by(self, peer_id: str, digest: bytes, asker: str) -> bytes | None:
+        """Ask member ``peer_id`` for a payload by its digest (None: it does not serve it)."""
+        with self._cond:
+            held = self._holders.get(peer_id)
+        return held(digest, asker) if held is not None else None
+
     def leave(self, peer_id: str) -> None:
         with self._cond:
             self.members.discard(peer_id)
+            self._holders.pop(peer_id, None)
             self._playing.pop(peer_id, None)
             self._cond.notify_all()
 
@@ -138,6 +156,7 @@ class InMemoryBackend(ByteBackend):
         self.epoch = swarm.epoch
         self._handle = swarm.join(peer_id, self.identity.public_key)
         self.keys = swarm.keys  # members' keys, as they announced them on joining
+        swarm.serve(peer_id, self._handle, self.serve_held)
 
     @classmethod
     def spawn(cls, num_peers: int, **kwargs: Any) -> list[ByteBackend]:
@@ -171,6 +190,24 @@ class InMemoryBackend(ByteBackend):
         self.stayed_silent({p for p in wanted - got.keys() if not self.punctual(p, round)}, round)  # not again this round
         missing = frozenset(wanted - got.keys() - {self.peer_id}) if phase == "commit" else frozenset()
         return RawExchange(got, expected=len(self.swarm.members - self.quarantined), missing=missing)
+
+    def serve_held(self, digest: bytes, asker: str) -> bytes | None:
+        """What this peer answers a fetch by digest with: a payload it holds (``comm.held``)."""
+        return self.held.get(digest)
+
+    def _fetch_bytes(self, round: int, asks: Mapping[bytes, HeldAsk], timeout: float) -> dict[bytes, bytes]:
+        """Each payload from the first peer that holds it: the senders that named it, then every
+        other member, quarantined ones not asked. In-process answers are immediate."""
+        got: dict[bytes, bytes] = {}
+        for digest, ask in asks.items():
+            for peer in dict.fromkeys([*ask.first, *sorted(self.swarm.members)]):
+                if peer == self.peer_id or peer in self.quarantined:
+                    continue
+                blob = self.swarm.held_by(peer, digest, self.peer_id)
+                if blob is not None and len(blob) == ask.size and hashlib.sha256(blob).digest() == digest:
+                    got[digest] = blob
+                    break
+        return got
 
     def interrupt(self) -> None:
         self.swarm.interrupt()

@@ -1,7 +1,7 @@
 """GameManager: the framework-defined progression, the same on every peer.
 
     for round r:   tasks = data.tasks_for(r, me)     (the shared round_tasks(r), or this peer's own)
-        for stage s: inputs -> policy.act -> comm.exchange -> state.record (checked per body)
+        for stage s: inputs -> policy.act -> comm.exchange -> views.rebuild -> state.record (checked per body)
         rewards = reward.score_state(state)    (local truth, also for the swarm's rollouts)
         learner.train(state, rewards); policy.load_weights(learner.weights())
         coordinator.report(result)
@@ -15,7 +15,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
@@ -37,6 +37,7 @@ from genrl_swarm.core.newcomers import Newcomers
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.trust import SenderBook, TrustConfig
 from genrl_swarm.core.types import Drop, DropKind, Ref, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput, tie_break
+from genrl_swarm.core.views import Rebuilt, Views
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ class GameManager:
         self._stop = threading.Event()
         self.book = SenderBook(trust or TrustConfig(), comm.peer_id)
         self.newcomers = Newcomers(comm.peer_id)  # ids without history: a few read a round where reading one costs a task rebuild
+        self.views = Views(comm.peer_id, comm, data, policy, self.config.max_sources, self.book.config.cpu_budget)  # senders that saw other payloads
         comm.claim_account(coordinator.account)  # signed into commitments: how peers credit it on chain
         data.attach(self)
         envelope_decoder(policy.body_type)  # built now, before the peer threads decode at once (core.decoders)
@@ -152,13 +154,7 @@ class GameManager:
             inputs, basis = self._stage_inputs(state, s)
             with _timed(metrics, f"time/generate_s{s}"):
                 bodies = self._act(inputs, s)
-            with _timed(metrics, f"time/exchange_s{s}"):
-                exchange, received = self._exchange(state, r, s, bodies, basis)
-            mark = len(state.drops)
-            rebuilt = self._rebuild(state, s, basis, exchange, received)
-            tasks_of = functools.partial(self.data.tasks_for, r) if self.data.per_peer and s == 0 else None
-            state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of, rebuilt, self.data.tasks_differ, exchange.costs)
-            metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(state.drops) - mark}
+            exchange = self._receive(state, s, inputs, bodies, basis, metrics)
             _fire(self.hooks.after_stage, self, state, s, exchange)
             if per_stage:
                 stage_rewards = self.reward.score_state(state, s, budget)
@@ -183,14 +179,34 @@ class GameManager:
         _fire(self.hooks.after_round, self, result)
         return result
 
+    def _receive(
+        self, state: GameState, s: int, inputs: list[StageInput], bodies: list[Body], basis: tuple[Ref, ...], metrics: dict[str, float]
+    ) -> ExchangeResult:
+        """One stage's exchange and what this peer keeps of it: the swarm's bodies, later-stage
+        senders' inputs rebuilt from the payloads they name (fetched where missing: ``core.views``),
+        each body checked and stored (``GameState.record``), each sender charged what reading,
+        fetching and checking its bodies cost."""
+        mark, budget = len(state.drops), self.book.config.cpu_budget
+        with _timed(metrics, f"time/exchange_s{s}"):
+            exchange, received, deadline = self._exchange(state, state.round, s, bodies, basis)
+            rebuilt = self.views.rebuild(state, s, basis, exchange, received, deadline)
+        tasks_of = functools.partial(self.data.tasks_for, state.round) if self.data.per_peer and s == 0 else None
+        charged = _add(exchange.costs, rebuilt.costs)
+        state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of, rebuilt.inputs, self.data.tasks_differ, charged)
+        metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(state.drops) - mark}
+        if s > 0:  # differences of view: the exception now, counted per stage
+            metrics |= {f"views/fetched_s{s}": rebuilt.fetched, f"views/dropped_s{s}": _view_drops(state.drops[mark:], rebuilt)}
+        return exchange
+
     def _exchange(
         self, state: GameState, r: int, s: int, bodies: Sequence[Body], basis: Sequence[Ref]
-    ) -> tuple[ExchangeResult, dict[str, tuple[Body, ...]]]:
+    ) -> tuple[ExchangeResult, dict[str, tuple[Body, ...]], float]:
         """Send this stage's bodies; what the swarm sent, minus payloads dropped by the backend,
         proven equivocators, senders over their budgets and, where reading a sender costs a
         rebuild of its tasks (per-peer questions), newcomers past the round's admissions (each
-        drop recorded in ``state``)."""
+        drop recorded in ``state``); and the stage's deadline (monotonic), which fetches keep."""
         body_type, quarantined = self.policy.body_type, self.book.quarantined(r)
+        deadline = time.monotonic() + self.config.exchange_timeout
         exchange = self.comm.exchange(r, s, bodies, self.config.exchange_timeout, body_type, quarantined, basis)
         self._check_stop()
         self.coordinator.learn_accounts(exchange.accounts)
@@ -203,51 +219,7 @@ class GameManager:
         over = {d.peer_id for d in drops}
         received = {peer: b for peer, b in exchange.received.items() if peer not in over}
         state.sources[s] = {p: d for p, d in exchange.digests.items() if p in received}
-        return exchange, received
-
-    def _rebuild(
-        self, state: GameState, s: int, basis: tuple[Ref, ...], exchange: ExchangeResult, received: dict[str, tuple[Body, ...]]
-    ) -> dict[str, dict[str, StageInput]]:
-        """Later stages: the inputs of each sender that built them from other earlier payloads
-        than this peer, rebuilt from the payloads it named. A sender naming payloads this peer
-        does not hold as named (it received others, or none) differs in view: its bodies are
-        dropped for this stage, never counted against it."""
-        if s == 0:
-            return {}
-        rebuilt: dict[str, dict[str, StageInput]] = {}
-        cache: dict[tuple[Ref, ...], dict[str, StageInput] | str] = {}
-        for peer in [p for p in received if p != self.peer_id]:
-            refs = exchange.bases.get(peer, ())
-            if refs == basis:
-                continue
-            if len({r.sender for r in refs}) > self.config.max_sources:  # the game's rule, checked alike everywhere
-                state.drops.append(
-                    Drop(peer, s, None, f"built its inputs from more than game.max_sources={self.config.max_sources} senders", DropKind.REFUSED)
-                )
-                del received[peer]
-                state.sources[s].pop(peer, None)
-                continue
-            if refs not in cache:
-                cache[refs] = self._inputs_from(state, s, refs)
-            inputs = cache[refs]
-            if isinstance(inputs, str):
-                state.drops.append(Drop(peer, s, None, inputs, DropKind.VIEW))
-                del received[peer]
-                state.sources[s].pop(peer, None)
-            else:
-                rebuilt[peer] = inputs
-        return rebuilt
-
-    def _inputs_from(self, state: GameState, s: int, refs: tuple[Ref, ...]) -> dict[str, StageInput] | str:
-        """Stage-``s`` inputs built from exactly ``refs``; why not, when this peer cannot."""
-        missing = [r for r in refs if state.sources.get(r.stage, {}).get(r.sender) != r.digest]
-        if missing:
-            named = ", ".join(f"{r.sender[:16]} s{r.stage}" for r in missing[:3])
-            return f"its stage-{s} inputs are built from {len(missing)} payload(s) this peer does not hold as named ({named})"
-        try:
-            return {i.task_id: i for i in self.data.stage_inputs(state.view(refs), s)}
-        except Exception as e:  # noqa: BLE001 - game code on a combination of others' payloads
-            return f"building its stage-{s} inputs failed here: {type(e).__name__}: {e}"
+        return exchange, received, deadline
 
     def _sources(self, state: GameState, stage: int) -> tuple[Ref, ...]:
         """The earlier payloads this peer builds stage ``stage``'s inputs from: its own and those
@@ -340,6 +312,21 @@ class GameManager:
             return False
         last = r == self.config.max_rounds - 1
         return last or (self.config.eval_every > 0 and (r + 1) % self.config.eval_every == 0)
+
+
+def _add(*costs: Mapping[str, float]) -> dict[str, float]:
+    """CPU seconds per sender, summed over where they were spent (reading, fetching, rebuilding)."""
+    total: dict[str, float] = {}
+    for by_sender in costs:
+        for peer, seconds in by_sender.items():
+            total[peer] = total.get(peer, 0.0) + seconds
+    return total
+
+
+def _view_drops(drops: Sequence[Drop], rebuilt: Rebuilt) -> int:
+    """Bodies of a stage dropped as a difference of view: whole senders at the rebuild, and
+    single bodies answering another input than the one rebuilt."""
+    return rebuilt.dropped + sum(1 for d in drops if d.kind is DropKind.VIEW and d.task_id is not None)
 
 
 def _fire(hooks: Sequence[Callable[..., None]], *args: object) -> None:

@@ -212,6 +212,27 @@ class ExchangeResult:
         return f"got {len(self.received)} of {want}{bad}"
 
 
+@dataclass(frozen=True)
+class FetchedPayload:
+    """An earlier payload fetched by its signed digest: its bodies and the payloads it names."""
+
+    bodies: tuple[Body, ...]
+    basis: tuple[Ref, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What ``Communication.fetch`` got: the payloads by the ``Ref`` that names them, why the
+    others were not had, the CPU seconds each naming sender cost (checking the signed commitment,
+    reading the payload), charged to its budget like its own payload, and the senders proven to
+    have equivocated by what was read (as ``ExchangeResult.equivocators``)."""
+
+    payloads: dict[Ref, FetchedPayload] = field(default_factory=dict)
+    failed: dict[Ref, str] = field(default_factory=dict)
+    costs: dict[str, float] = field(default_factory=dict)
+    equivocators: dict[str, str] = field(default_factory=dict)
+
+
 class Communication(ABC):
     """Exchanges this peer's bodies with the swarm for one (round, stage), under a deadline."""
 
@@ -240,6 +261,14 @@ class Communication(ABC):
         """The epoch this peer signs in (``comm.epoch``), fixed now if it was not yet: the game
         asks before the first act, whose draws are seeded with it. b"" where there is none."""
         return b""
+
+    def fetch(self, round: int, wanted: Mapping[Ref, str], body_type: type[Body], timeout: float) -> Fetched:
+        """The earlier payloads of ``round`` that ``wanted`` names (each with the sender whose
+        basis named it: it is asked first, and it pays), by their signed digest, from this
+        peer's own store or any peer holding them, within ``timeout`` (``core.views``). A
+        transport on which every peer receives the same payloads (one all-gather) has nothing
+        to fetch: by default nothing is had."""
+        return Fetched(failed=dict.fromkeys(wanted, "this transport does not fetch payloads"))
 
     def claim_account(self, account: str) -> None:
         """Sign ``account`` (this peer's chain account) into what this peer publishes, so peers

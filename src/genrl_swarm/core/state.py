@@ -32,7 +32,12 @@ class GameState:
     de-duplicated (trained on and credited once, as the first), never a drop against its
     sender, since converged honest peers sampling deterministically produce them too.
     ``sources`` names, per stage, the payload (sha256 hex) each recorded sender committed to:
-    what a later stage's ``Ref`` points at.
+    what a later stage's ``Ref`` points at. ``context`` holds, by the payload that carried them,
+    bodies this peer holds but does not use itself: those it refused only for its own settings
+    (``DropKind.LOCAL``) and those of payloads it fetched by digest (``core.views``). Another
+    sender may have built its later-stage inputs on them, so they go into the rebuilt inputs of
+    such a sender (``view``), and nowhere else: never scored, trained on, or in this peer's own
+    inputs.
     """
 
     round: int
@@ -43,6 +48,7 @@ class GameState:
     drops: list[Drop] = field(default_factory=list)
     copies: list[Drop] = field(default_factory=list)
     sources: dict[int, dict[str, str]] = field(default_factory=dict)
+    context: dict[Ref, list[Rollout[Any]]] = field(default_factory=dict)
 
     def set_tasks(self, tasks: Iterable[Task]) -> None:
         self.tasks = {t.id: t for t in tasks}
@@ -114,16 +120,47 @@ class GameState:
                         raise
                     reason, kind = f"checking it failed: {type(e).__name__}: {e}", DropKind.SCORING
                 if reason is not None:
+                    if kind is DropKind.LOCAL and theirs is None:  # another peer's settings take it: context for its view
+                        self._keep_as_context(Ref(stage, peer, known[peer]), body, derive, self._answered(body, mine, allowed))
                     (self.copies if kind is DropKind.COPY else dropped).append(Drop(peer, stage, body.task_id, reason, kind))
                     continue
+                answered = self._answered(body, mine, allowed) if theirs is None else None
                 if theirs is not None:
                     self.tasks.setdefault(body.task_id, theirs[body.task_id])
                     self.inputs[stage].setdefault(body.task_id, allowed[body.task_id])
-                own = mine.get(body.task_id)
-                answered = allowed[body.task_id] if theirs is None and (own is None or own.digest != body.input_digest) else None
                 self.rollouts.append(Rollout(peer, self.round, stage, body, texts, answered))
         self.drops.extend(dropped)
         return dropped
+
+    def add_context(self, ref: Ref, bodies: Sequence[Body], inputs: Mapping[str, StageInput], check: Check | None, derive: Derive | None) -> None:
+        """The bodies of a payload fetched by its digest (``core.views``), checked as ``record``
+        checks a sender's against ``inputs`` (this peer's own at stage 0; later, those rebuilt
+        from the payload's own basis): the ones this peer would take, or refuses only for its own
+        settings, are kept as context. Nothing here counts against anyone: the payload's producer
+        did not send it to this peer, and what it costs was charged to the sender that named it."""
+        self.context.setdefault(ref, [])  # held now, even with no body this peer can use
+        seen: set[str] = set()
+        for body in bodies[: len(inputs)]:
+            try:
+                reason, kind = self._refusal(ref.stage, body, seen, check, inputs, True, True)
+            except Exception:  # noqa: BLE001 - game code on a stranger's body it did not send: not context, nothing else
+                continue
+            seen.add(body.task_id)
+            if reason is None or kind is DropKind.LOCAL:
+                self._keep_as_context(ref, body, derive, inputs[body.task_id] if ref.stage else None)
+
+    @staticmethod
+    def _answered(body: Body, mine: Mapping[str, StageInput], allowed: Mapping[str, StageInput]) -> StageInput | None:
+        """The input a body answered when it is not this peer's own (one rebuilt for its sender)."""
+        own = mine.get(body.task_id)
+        return allowed[body.task_id] if own is None or own.digest != body.input_digest else None
+
+    def _keep_as_context(self, ref: Ref, body: Body, derive: Derive | None, answered: StageInput | None) -> None:
+        try:
+            texts = tuple(derive(body)) if derive is not None else ()
+        except Exception:  # noqa: BLE001 - this peer cannot read it (another tokenizer): no context, no blame
+            return
+        self.context.setdefault(ref, []).append(Rollout(ref.sender, self.round, ref.stage, body, texts, answered))
 
     def _refusal(
         self, stage: int, body: Body, seen: set[str], check: Check | None, allowed: Mapping[str, StageInput], mine: bool, differ: bool
@@ -157,14 +194,20 @@ class GameState:
     def view(self, refs: Iterable[Ref]) -> GameState:
         """This state as a peer that recorded exactly the payloads ``refs`` names would see it
         (earlier stages only): what later-stage inputs are built from, on the sender and on
-        every receiver rebuilding them. Shares the tasks and inputs (read-only there)."""
+        every receiver rebuilding them. Shares the tasks and inputs (read-only there). Its
+        rollouts are in one order whatever order the payloads arrived in (by stage, then sender),
+        so a game building an input from them builds it alike on every peer that holds them."""
+        refs = sorted(set(refs))
         named = {(r.stage, r.sender, r.digest) for r in refs}
         keep = [x for x in self.rollouts if (x.stage, x.peer_id, self.sources.get(x.stage, {}).get(x.peer_id)) in named]
-        return GameState(self.round, self.peer_id, self.tasks, self.inputs, keep, [], [], self.sources)
+        keep += [x for r in refs for x in self.context.get(r, ())]
+        keep.sort(key=lambda x: (x.stage, x.peer_id))  # stable: a payload's bodies keep their order
+        return GameState(self.round, self.peer_id, self.tasks, self.inputs, keep, [], [], self.sources, self.context)
 
     def holds(self, refs: Iterable[Ref]) -> bool:
-        """Whether this peer recorded every payload ``refs`` names, exactly as named."""
-        return all(self.sources.get(r.stage, {}).get(r.sender) == r.digest for r in refs)
+        """Whether this peer holds every payload ``refs`` names, exactly as named: recorded, or
+        kept as context (``context``)."""
+        return all(self.sources.get(r.stage, {}).get(r.sender) == r.digest or r in self.context for r in refs)
 
     def select(self, stage: int | None = None, task: str | None = None, peer: str | None = None) -> list[Rollout[Any]]:
         return [

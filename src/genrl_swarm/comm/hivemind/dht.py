@@ -5,6 +5,10 @@
 * **Membership** lives on the DHT as small signed records, renewed and expiring after
   ``liveness_timeout`` (``membership.py``). An exchange waits for the members alive now, not
   for a fixed count: a peer that stops renewing stops being waited for.
+* **Readiness.** A member's process is waited for in full, and counted toward ``min_peers``,
+  only once it has started: its record of this process (``incarnation``) says it reached its
+  first exchange (``MemberRecord.ready``), or this peer received a commitment of it. Restarted or
+  still loading, it gets the short wait fresh ids get (``ByteBackend.started``).
 * **Payloads** never touch the DHT: each peer serves its bytes per (round, stage, phase) from a
   libp2p stream handler and pulls everyone else's concurrently (``streams.py``).
 * **Deadlines.** Every DHT and P2P call has one; if the DHT process or p2pd dies, ``exchange``
@@ -13,6 +17,9 @@
   attests, and never more than ``max_jump`` rounds past this peer's own.
 * **The run** (epoch) is learned at join from the peers this one joins through, or fixed by
   the first peer (``genesis.py``); members of another run are not members of this one.
+* **Fetching by digest** (``core.views``): a second stream protocol serves the payloads this peer
+  holds (``comm.held``) by their sha256; ``_fetch_bytes`` asks the senders that named a payload
+  first, then its producer, then other live members, a few at once, each ask bounded.
 * **Whom to pull from** is the protocol core's exchange strategy (``communication.strategy``):
   ``all`` (every live member), ``pull_k`` (k drawn at random) or ``pull_spare`` (k + spares,
   revealing once k + extra committed). The draw is seeded by (swarm, peer, round, stage), so the
@@ -30,7 +37,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from genrl_swarm.comm.base import ByteBackend, Phase, RawExchange
+from genrl_swarm.comm.base import ByteBackend, HeldAsk, Phase, RawExchange
 from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, MAX_RECORD_BYTES
 from genrl_swarm.comm.epoch import Epoch
 from genrl_swarm.comm.errors import SwarmFailure
@@ -41,7 +48,7 @@ from genrl_swarm.comm.hivemind.members import MAX_LIFETIME, MemberRecord, Member
 from genrl_swarm.comm.hivemind.membership import Membership
 from genrl_swarm.comm.hivemind.peers import AddressBook
 from genrl_swarm.comm.hivemind.process import kill_all, p2pd_of, running
-from genrl_swarm.comm.hivemind.streams import Puller, SlotStore, serve, serve_unary
+from genrl_swarm.comm.hivemind.streams import Puller, SlotStore, request_held, serve, serve_held, serve_unary
 from genrl_swarm.comm.signed_log import SignedLog
 from genrl_swarm.core.trust import LATE_WINDOW, waited_for_again
 from genrl_swarm.protocol import Plan, Strategy, make_strategy
@@ -51,6 +58,10 @@ log = logging.getLogger(__name__)
 ASK_ONCE = 0.05
 #: A signed commitment is far below this; base.py refuses anything larger anyway.
 COMMIT_LIMIT = MAX_RECORD_BYTES + 512
+#: A fetch by digest asks at most this many peers for one payload (those that named it and its
+#: producer first), at most FETCH_AT_ONCE asks open at a time, each for at most FETCH_ASK seconds:
+#: peers that do not hold it answer at once, so an honest holder is reached in a few round trips.
+FETCH_PEERS, FETCH_AT_ONCE, FETCH_ASK = 8, 8, 2.0
 
 
 class HivemindBackend(ByteBackend):
@@ -113,6 +124,7 @@ class HivemindBackend(ByteBackend):
         self._sightings: dict[str, float] = {}  # peer -> last traffic from it (written on the event loop)
         self.plans: dict[tuple[int, int], Plan] = {}  # (round, stage) -> the plan used (the last few)
         self._through: frozenset[str] = frozenset()  # the peers this one joins through: whose epoch it plays
+        self._committed: dict[str, int] = {}  # member -> the incarnation this peer last received a commitment from
         self._epoch_lock = threading.Lock()  # the membership thread follows the swarm's epoch until the first exchange
         try:
             self._start(configured, list(host_maddrs), startup_timeout, max_concurrency, nat_traversal)
@@ -166,6 +178,7 @@ class HivemindBackend(ByteBackend):
         self._proto = f"/genrl-swarm/{self.swarm_id}/slot/2"
         await self.p2p.add_binary_stream_handler(self._proto, lambda *a: serve(self.store, *a))
         await self.p2p._client.add_unary_handler(f"{self._proto}/unary", lambda *a: serve_unary(self.store, *a))
+        await self.p2p.add_binary_stream_handler(f"{self._proto}/held", lambda *a: serve_held(self.store, self.held.get, *a))
         self._maddrs = [str(m) for m in await self.p2p.get_visible_maddrs()]
         self._dialed: dict[str, float] = {}
         ids: dict[str, Any] = {}  # peer id text -> hivemind PeerID, parsed once
@@ -248,11 +261,50 @@ class HivemindBackend(ByteBackend):
             self._raise_if_failed()
             raise SwarmFailure(f"peer {self.peer_id}: the p2p event loop did not answer within {left + 2:.0f}s") from e
         self._raise_if_failed()
+        if phase == "commit":  # it commits: started, in the process its record names now
+            records = self.membership.view.records
+            self._committed |= {p: records[p].incarnation for p in got if p in records}
         missing = set(targets) - got.keys()
         self.stayed_silent(missing & short, round)  # once per round, not per stage
         self._log_missing(round, stage, phase, missing if enough is None else set())
         silent = frozenset(missing) if phase == "commit" and enough is None else frozenset()  # late: dropped, never counted
         return RawExchange({self.peer_id: data, **got}, expected=(len(targets) if enough is None else enough) + 1, missing=silent)
+
+    def _fetch_bytes(self, round: int, asks: Mapping[bytes, HeldAsk], timeout: float) -> dict[bytes, bytes]:
+        """Payloads by digest from the peers holding them (``ByteBackend.fetch``), within ``timeout``."""
+        self._raise_if_failed()
+        if timeout <= 0:
+            return {}
+        try:
+            return self._loop.call(self._fetch(asks, timeout), timeout + 2.0)
+        except TimeoutError as e:  # the loop itself did not answer: p2pd or this process is stuck
+            self._raise_if_failed()
+            raise SwarmFailure(f"peer {self.peer_id}: the p2p event loop did not answer within {timeout + 2:.0f}s") from e
+
+    async def _fetch(self, asks: Mapping[bytes, HeldAsk], timeout: float) -> dict[bytes, bytes]:
+        loop = asyncio.get_running_loop()
+        deadline, at_once, got = loop.time() + timeout, asyncio.Semaphore(FETCH_AT_ONCE), dict[bytes, bytes]()
+        members = sorted(set(self.membership.live()) - {self.peer_id} - self.quarantined)
+
+        async def one(digest: bytes, ask: HeldAsk) -> None:
+            ask_order = [p for p in dict.fromkeys([*ask.first, *members]) if p != self.peer_id and p not in self.quarantined]
+            for peer in ask_order[:FETCH_PEERS]:
+                left = deadline - loop.time()
+                if left <= 0:
+                    return
+                try:
+                    async with at_once:
+                        proto, peer_id = f"{self._proto}/held", self.puller.peer_id_of(peer)
+                        blob = await asyncio.wait_for(request_held(self.p2p, peer_id, proto, digest, ask.size), min(left, FETCH_ASK))
+                except (*self.puller.errors, asyncio.TimeoutError, ValueError) as e:
+                    log.debug("%s: fetching %s from %s: %s", self.peer_id, digest.hex()[:12], peer, e)
+                    continue
+                if blob is not None and len(blob) == ask.size and hashlib.sha256(blob).digest() == digest:
+                    got[digest] = blob
+                    return
+
+        await asyncio.gather(*(one(digest, ask) for digest, ask in asks.items()))
+        return got
 
     def _plan(self, round: int, stage: int) -> Plan:
         """The protocol core's choice for this (round, stage), from the live members; peers that
@@ -306,18 +358,31 @@ class HivemindBackend(ByteBackend):
             log.debug("%s: dialing %s failed: %s", self.peer_id, peer, e)
 
     def ready(self) -> None:
-        """The ``min_peers`` gate, before the first exchange's deadline starts: a peer started by
-        hand seconds after this one is waited for here, not counted late in round 0."""
+        """This process reached its first exchange: say so (``MemberRecord.ready``), then the
+        ``min_peers`` gate, before the first exchange's deadline starts: a peer started by hand
+        seconds after this one is waited for here, not counted late in round 0."""
+        self.membership.mark_ready()
         self._open_gate()
+
+    def started(self, peer: str) -> bool:
+        """Its newest record, of the process it runs now, says it reached its first exchange, or
+        this peer received a commitment from that process (``ByteBackend.started``)."""
+        record = self.membership.view.records.get(peer)
+        return record is not None and (record.ready or self._committed.get(peer) == record.incarnation)
+
+    def _ready_members(self) -> int:
+        return sum(1 for p in self.membership.live() if p == self.peer_id or self.started(p))
 
     def _open_gate(self) -> None:
         """Before this peer's first exchange only: wait (at most ``min_peers_timeout``) for
-        ``min_peers`` live members, so a swarm started together plays its first round together."""
+        ``min_peers`` live members that have started (``started``: a member still loading its
+        model is not counted, or one peer would play its first rounds alone), so a swarm started
+        together plays its first round together."""
         deadline = time.monotonic() + self.min_peers_timeout
-        if not self._gate_open and len(self.membership.live()) < self.min_peers:
-            log.info("%s: waiting up to %.0fs for %d live members before the first round", self.peer_id, self.min_peers_timeout, self.min_peers)
+        if not self._gate_open and self._ready_members() < self.min_peers:
+            log.info("%s: waiting up to %.0fs for %d started members before the first round", self.peer_id, self.min_peers_timeout, self.min_peers)
         while not self._gate_open and not self._interrupted and time.monotonic() < deadline:  # bounded by the deadline
-            if len(self.membership.live()) >= self.min_peers:
+            if self._ready_members() >= self.min_peers:
                 break
             self._raise_if_failed()
             time.sleep(0.05)

@@ -54,6 +54,9 @@ class MemberRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     leaving: bool = False  # the peer closed: nobody waits for it any more
     #: The run it plays (``comm.epoch``; ``hivemind.genesis``): members of another are not members of this one.
     epoch: Annotated[bytes, msgspec.Meta(max_length=16)] = b""
+    #: This process (``incarnation``) has loaded and reached its first exchange: it commits from
+    #: now on. Until then it is not counted toward ``min_peers`` nor waited for in full (``ready``).
+    ready: bool = False
 
 
 class SignedMember(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

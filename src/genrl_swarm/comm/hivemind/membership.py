@@ -49,10 +49,11 @@ class Membership:
         self.sightings, self.epoch_of, self.on_view = sightings, epoch_of, on_view
         self.key, self.peer_id = members_key(swarm), identity.peer_id
         self.incarnation = secrets.randbits(62)
+        self.ready = False  # announced in every record from ``mark_ready`` on (``MemberRecord.ready``)
         self.view = MemberView({})  # replaced whole, never mutated: safe to read from any thread
         self.renew_every, self.read_every = liveness_timeout / 3, liveness_timeout / 4
         self._published: tuple[int, float] | None = None  # (round, issued) of the last record stored
-        self._published_epoch = b""
+        self._published_epoch, self._published_ready = b"", False
         self._alive_logged: frozenset[str] = frozenset()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"members-{self.peer_id[-6:]}", daemon=True)
@@ -87,11 +88,18 @@ class Membership:
         now = time.time()
         expires = now + self.liveness
         epoch = self.epoch_of()
-        record = MemberRecord(self.swarm, self.peer_id, self.round_of(), now, expires, self.maddrs, self.incarnation, leaving, epoch)
+        record = MemberRecord(self.swarm, self.peer_id, self.round_of(), now, expires, self.maddrs, self.incarnation, leaving, epoch, self.ready)
         ok = self._call(lambda: self.dht.store(self.key, seal(record, self.identity), expires, subkey=self.peer_id, return_future=True))
         if not ok:
             log.debug("%s: the DHT did not take this peer's membership record", self.peer_id)
-        self._published, self._published_epoch = (record.round, now), epoch
+        self._published, self._published_epoch, self._published_ready = (record.round, now), epoch, record.ready
+
+    def mark_ready(self) -> None:
+        """This process reached its first exchange (everything loaded): the background loop says
+        so at its next pass (``read_every``), not at the next renewal, so peers waiting at their
+        ``min_peers`` gate count it within a second. Never a DHT call on the caller's thread: the
+        exchange that calls this must not wait on the DHT (a dead one is its own failure)."""
+        self.ready = True
 
     def read(self) -> dict[str, MemberRecord]:
         found = self._call(lambda: self.dht.get(self.key, latest=True, return_future=True))
@@ -127,10 +135,11 @@ class Membership:
         self.on_view()  # the backend follows its swarm's epoch until its first exchange
 
     def tick(self) -> None:
-        """One pass of the background loop: renew when due or when the round or epoch changed, then read."""
+        """One pass of the background loop: renew when due or when the round, epoch or readiness
+        changed, then read."""
         last = self._published
         due = last is None or time.time() - last[1] >= self.renew_every or self.round_of() != last[0]
-        if due or self.epoch_of() != self._published_epoch:
+        if due or self.epoch_of() != self._published_epoch or self.ready != self._published_ready:
             self.publish()
         self.refresh()
 

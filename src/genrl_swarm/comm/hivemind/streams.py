@@ -10,6 +10,10 @@ nobody waits for a slot that will not come. The sender of the bytes is the peer 
 stream was opened to: libp2p authenticates the remote end of both, so a peer can only ever speak
 for itself, whatever its bytes claim.
 
+A second protocol serves payloads by digest (``serve_held``, ``request_held``): what a peer
+holds of others' revealed payloads, for a peer whose view lacks one (``core.views``). Its answer
+is checked by the asker against the digest, so who serves it does not matter.
+
 Everything here runs on the backend's event loop (``LoopThread``); every await has a deadline.
 """
 
@@ -33,6 +37,8 @@ VERSION = 2
 #: handler reads exactly this many bytes from a stranger and no more.
 REQUEST = struct.Struct(">BqIBI")
 LENGTH = struct.Struct(">Q")
+#: version, sha256 of the payload wanted: the request of the held protocol, fixed size too.
+HELD = struct.Struct(">B32s")
 #: How long a handler keeps one long poll open; the requester asks again if its deadline allows.
 MAX_SERVE_WAIT = 30.0
 #: How long a requester's one long poll asks to be held: a slot of the puller's concurrency is
@@ -174,6 +180,51 @@ async def _serve(store: SlotStore, info: Any, reader: asyncio.StreamReader, writ
         log.debug("serving %s: %s", getattr(info, "peer_id", "?"), e)
     except asyncio.CancelledError:  # this peer is closing while a long poll waits: nothing to report
         log.debug("serving %s: cancelled (closing)", getattr(info, "peer_id", "?"))
+    finally:
+        writer.close()
+
+
+async def serve_held(
+    store: SlotStore, held: Callable[[bytes], bytes | None], info: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """The held protocol's handler: read one digest, answer ``DATA`` and the payload this peer
+    holds for it (``comm.held``), or ``GONE``. Counted against the same stream caps as ``serve``."""
+    peer = str(getattr(info, "peer_id", "?"))
+    if store.streams[peer] >= MAX_STREAMS_PER_PEER or sum(store.streams.values()) >= MAX_STREAMS:
+        writer.close()
+        return
+    store.streams[peer] += 1
+    try:
+        version, digest = HELD.unpack(await asyncio.wait_for(reader.readexactly(HELD.size), REQUEST_TIMEOUT))
+        data = held(digest) if version == VERSION else None
+        writer.write(bytes([Status.GONE]) if data is None else bytes([Status.DATA]) + LENGTH.pack(len(data)) + data)
+        await asyncio.wait_for(writer.drain(), IO_TIMEOUT)
+    except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError) as e:
+        log.debug("serving a held payload to %s: %s", peer, e)
+    except asyncio.CancelledError:
+        log.debug("serving a held payload to %s: cancelled (closing)", peer)
+    finally:
+        store.streams[peer] -= 1
+        if store.streams[peer] <= 0:
+            del store.streams[peer]
+        writer.close()
+
+
+async def request_held(p2p: Any, peer: Any, proto: str, digest: bytes, limit: int) -> bytes | None:
+    """Ask ``peer`` (a hivemind PeerID) for the payload with sha256 ``digest``, at most ``limit``
+    bytes: the bytes, or None if it does not hold them. The caller bounds the time and checks
+    the digest."""
+    _, reader, writer = await p2p.call_binary_stream_handler(peer, proto)
+    try:
+        writer.write(HELD.pack(VERSION, digest))
+        await writer.drain()
+        status = _status((await reader.readexactly(1))[0])
+        if status is not Status.DATA:
+            return None
+        (size,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
+        if size > limit:
+            raise ProtocolError(f"offers {size} bytes for a payload of {limit}")
+        return await reader.readexactly(size)
     finally:
         writer.close()
 
