@@ -6,7 +6,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,openenv,async,docs
+EXTRAS ?= dev,examples,chain,hivemind,marl,dashboard,agent,openenv,async,docs,trackers
 # make demo: the LM game and its plots (examples), and the dashboard its last line suggests (two small packages).
 DEMO_EXTRAS ?= examples,dashboard
 TORCH_STAMP := $(VENV)/.installed-torch

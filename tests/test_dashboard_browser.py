@@ -243,3 +243,26 @@ def test_the_metric_picker_plots_any_logged_key_for_two_runs_apart(browser: Brow
         assert json.loads(chart.get_attribute("data-lines") or "[]") == ["alpha mean", "alpha/peer-0"]
         assert page.evaluate("window.__pwned") is None and page.evaluate("document.querySelectorAll('main img').length") == 0
         page.close()
+
+
+def test_two_games_rank_apart_each_run_has_its_bar_and_held_out_accuracy_is_drawn(browser: Browser, tmp_path: Path) -> None:
+    from test_dashboard_games import peer
+
+    peer(tmp_path, "bandit", "peer-0", 4, 9.0, "bandit", 8)
+    peer(tmp_path, "digits", "peer-0", 2, 0.5, "digits", 2, **{"heldout/accuracy": 0.5})
+    write_rows(tmp_path / "digits" / "peer-0" / "metrics.jsonl", [{"round": 0, "peer": "peer-0", "reward/own": 0.1, "reward/cumulative": 0.1, "wins": 0,
+                                                                  "heldout/accuracy_before": 0.25, "heldout/accuracy": 0.375}])  # fmt: skip
+    with Background(Hub(RunWatcher([tmp_path / "bandit", tmp_path / "digits"]), interval=0.05, min_push=0.05)) as url:
+        page = open_page(browser, url)
+        expect(page.locator("#leaderboard-local h3.game")).to_have_count(2)
+        assert texts(page, "#leaderboard-local h3.game") == ["game: bandit", "game: digits"]
+        assert texts(page, "#leaderboard-local tbody td:first-child") == ["1", "1"]  # each first of its own game
+        assert texts(page, "#run-states li span") == ["run bandit: 4 of 8 rounds, running", "run digits: 2 of 2 rounds, finished"]
+        widths = [page.locator("#run-states li .bar-fill").nth(i).evaluate("e => e.style.width") for i in range(2)]
+        assert widths == ["50%", "100%"]  # each run's own rounds
+        expect(page.locator("#progress-one")).to_be_hidden()  # no bar mixing two runs' rounds
+        expect(page.locator("#heldout")).to_be_visible()
+        chart = page.locator("#chart-heldout")
+        expect(chart).to_have_attribute("data-points", "3")  # rounds trained 0 (before), 1, 2
+        assert chart.get_attribute("data-series") == "2"  # the peer and its run's mean
+        page.close()

@@ -25,6 +25,8 @@ def test_two_runs_with_the_same_peer_ids_are_not_merged(tmp_path: Path) -> None:
         write_rows(
             tmp_path / run / "peer-0" / "metrics.jsonl", [{**row("peer-0", r), "reward/own": reward, "reward/cumulative": reward} for r in range(3)]
         )
+        start = {"t": 1.0, "kind": "start", "peer": "peer-0", "game": "bandit"}  # one game: one ranking
+        write_rows(tmp_path / run / "peer-0" / EVENTS_FILE, [start])
     snap = _snap([tmp_path / "alpha", tmp_path / "beta"])
     rows = {p["id"]: p for p in snap["peers"]}
     assert set(rows) == {"alpha/peer-0", "beta/peer-0"}
@@ -78,7 +80,7 @@ def test_a_run_that_did_its_rounds_is_finished_and_one_that_stopped_writing_is_s
     _run(tmp_path, "beta", 1, 3, written=old)  # stopped an hour ago in round 1
     _run(tmp_path, "gamma", 1, 3)  # writing now
     snap = _snap([tmp_path / "alpha", tmp_path / "beta", tmp_path / "gamma"])
-    states = {s["run"]: (s["state"], s["rounds_done"], s["max_rounds"]) for s in snap["run_states"]}
+    states = {s["run"]: (s["state"], s["rounds_done"], s["max_rounds"]) for s in snap["progress"]}
     assert states == {"alpha": ("finished", 3, 3), "beta": ("stopped", 1, 3), "gamma": ("running", 1, 3)}
     assert snap["state"] == "running"
     assert _snap([tmp_path / "alpha"])["state"] == "finished" and _snap([tmp_path / "alpha", tmp_path / "beta"])["state"] == "stopped"

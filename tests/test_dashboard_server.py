@@ -97,7 +97,7 @@ def test_a_new_row_is_pushed_to_an_open_stream(tmp_path: Path) -> None:
     with Background(fast_hub(tmp_path / "run")) as url:
         status, stream = get(url, "/api/events", stream=True)
         first = next_event(stream)
-        assert first["progress"]["rounds_done"] == 3 and first["curves"]["x"] == [0, 1, 2]
+        assert first["progress"][0]["rounds_done"] == 3 and first["curves"]["x"] == [0, 1, 2]
         write_rows(metrics, range(3, 5))
         second = next_event(stream)
         assert second["version"] > first["version"] and second["curves"]["x"] == [0, 1, 2, 3, 4]
@@ -210,13 +210,13 @@ def test_the_hub_survives_a_failing_refresh_and_keeps_serving(tmp_path: Path, ca
         write_rows(metrics, range(2, 4))
         for _ in range(200):
             await asyncio.sleep(0.02)
-            if json.loads(hub.payload)["progress"]["rounds_done"] == 4:
+            if json.loads(hub.payload)["progress"][0]["rounds_done"] == 4:
                 break
         assert not task.done() and good != b"{}"
         task.cancel()
 
     with caplog.at_level("WARNING", logger="genrl_swarm.dashboard.hub"):
         asyncio.run(main())
-    assert json.loads(hub.payload)["progress"]["rounds_done"] == 4 and not failures
+    assert json.loads(hub.payload)["progress"][0]["rounds_done"] == 4 and not failures
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 2 and "RecursionError" in warned[0] and "TypeError" in warned[1], warned

@@ -11,7 +11,10 @@ import pytest
 
 from genrl_swarm.core import Body, StageInput, Task
 from genrl_swarm.core.types import RoundResult
+from genrl_swarm.dashboard.runs import RunWatcher
+from genrl_swarm.dashboard.view import snapshot
 from genrl_swarm.games.reasoning_gym.heldout import HeldOutEval, Score, evaluate, score_texts
+from genrl_swarm.run.metrics import read_metrics
 
 from helpers import Echo, echo
 
@@ -70,6 +73,25 @@ def test_hook_scores_before_every_n_rounds_and_the_last() -> None:
     assert len(lines) == 3 and lines[0].startswith("held-out after 2 rounds") and "accuracy 0.750, format 0.250" in lines[0]
 
 
+def test_the_scores_join_the_rows_of_the_rounds_they_follow() -> None:
+    """The start score in each peer's first row (every peer starts from the same weights), each
+    later score in the row of the round it was measured after: metrics.jsonl holds what is printed."""
+    hook = HeldOutEval(every=2, max_rounds=3)
+    a = manager("a", {"What is 2 + 2?": "4", "What is 3 * 3?": "<answer>9</answer>"})
+    b = manager("b", {"What is 2 + 2?": "4", "What is 3 * 3?": "1"})
+    hook.before(a)
+    rows: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
+    for r in range(3):
+        for m in (a, b):
+            result = RoundResult(r, m.peer_id, {}, (), {"time/train": 1.0})
+            hook(m, result)
+            rows[m.peer_id].append(result.metrics)
+    before = {"heldout/accuracy_before": 1.0, "heldout/format_before": 0.5}
+    assert rows["a"] == [{"time/train": 1.0, **before}, {"time/train": 1.0, "heldout/accuracy": 1.0, "heldout/format": 0.5}, rows["a"][2]]
+    assert rows["b"][0] == {"time/train": 1.0, **before} and rows["b"][1] == {"time/train": 1.0, "heldout/accuracy": 0.5, "heldout/format": 0.0}
+    assert rows["b"][2]["heldout/accuracy"] == 0.5 and "heldout/accuracy_before" not in rows["b"][2]  # the last round is scored
+
+
 def test_hook_with_every_zero_scores_only_after_the_last_round() -> None:
     hook = HeldOutEval(every=0, max_rounds=3)
     a = manager("a", {"What is 2 + 2?": "4", "What is 3 * 3?": "9"})
@@ -89,5 +111,12 @@ def test_demo_prints_held_out_accuracy_before_and_after_training(tmp_path: Any, 
     assert "held-out after 1 rounds" in out and "held-out after 2 rounds" in out
     rows = [line.split() for line in out.split("rounds trained")[1].splitlines()[1:4]]
     assert [r[0] for r in rows] == ["0", "1", "2"] and all(0 <= float(x) <= 1 for r in rows for x in r[1:])
-    assert (tmp_path / "peer-0" / "metrics.jsonl").is_file()
+    # The printed accuracies are in metrics.jsonl, and the dashboard plots them against rounds trained.
+    logged = read_metrics(tmp_path / "peer-0" / "metrics.jsonl")
+    assert [r["round"] for r in logged] == [0, 1]
+    assert [logged[0]["heldout/accuracy_before"], logged[0]["heldout/accuracy"], logged[1]["heldout/accuracy"]] == [float(r[1]) for r in rows]
+    watcher = RunWatcher([tmp_path])
+    watcher.poll()
+    held = snapshot(list(watcher.peers.values()), max_points=100)["curves"]["heldout"]
+    assert held["x"] == [0, 1, 2] and held["peers"]["peer-0"] == [float(r[1]) for r in rows] == held["means"]["swarm mean"]
     assert demo.main(["game.max_rounds=-1"]) == 2

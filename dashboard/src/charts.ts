@@ -3,6 +3,7 @@
 // drawn) so the page can be checked without reading pixels.
 
 import uPlot from "uplot";
+import { colorOf } from "./format";
 import type { Num } from "./types";
 
 // Rounds and steps are whole numbers: no tick at round 2.5.
@@ -14,6 +15,13 @@ export interface Line {
   color: string;
   dash?: number[];
   width?: number;
+}
+
+// A run's mean over its peers: dashed and thick; black when one run is watched.
+export function meanLines(means: Record<string, Num[]>): Line[] {
+  return Object.entries(means).map(([label, values]) => ({
+    label, values, dash: [6, 4], width: 2, color: label === "swarm mean" ? "#222" : colorOf(label),
+  }));
 }
 
 export class LineChart {

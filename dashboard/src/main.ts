@@ -5,10 +5,10 @@
 
 import "uplot/dist/uPlot.min.css";
 import "./style.css";
-import { LineChart, StackedBars, type Line } from "./charts";
+import { LineChart, StackedBars, meanLines, type Line } from "./charts";
 import { byId, el } from "./dom";
 import { colorAt, colorOf } from "./format";
-import { drawIncidents, drawLeaderboard, drawProgress, drawRunStates } from "./panels";
+import { drawIncidents, drawLeaderboard, drawProgress } from "./panels";
 import { MetricPicker } from "./picker";
 import { PeerTable } from "./table";
 import type { Num, Snapshot } from "./types";
@@ -24,6 +24,7 @@ const evals = new LineChart(byId("chart-eval"), "eval reward");
 const times = new StackedBars(byId("chart-times"), ["generate", "exchange", "train"], ["#4e79a7", "#f28e2b", "#59a14f"]);
 const marl = new LineChart(byId("chart-marl"), "return", "environment steps");
 const tasks = new LineChart(byId("chart-tasks"), "success rate");
+const heldout = new LineChart(byId("chart-heldout"), "accuracy", "rounds trained");
 const metric = new MetricPicker(peerLines);
 
 function toggle(id: string): void {
@@ -37,9 +38,11 @@ function toggle(id: string): void {
   metric.draw();
 }
 
+// Before any pick: the best of each game first (the leaderboard ranks within games).
 function shownPeers(): string[] {
   if (picked) return [...selected];
-  return (last?.leaderboard ?? []).slice(0, DEFAULT_CURVES).map((s) => s.id);
+  const board = [...(last?.leaderboard ?? [])].sort((a, b) => (a.rank ?? 0) - (b.rank ?? 0));
+  return board.slice(0, DEFAULT_CURVES).map((s) => s.id);
 }
 
 function peerLines(curves: Record<string, Num[]>): Line[] {
@@ -63,6 +66,8 @@ function drawCharts(s: Snapshot): void {
     const steps = c.marl.steps.map((v, i) => v ?? c.x[i]);
     marl.update(steps, [{ label: "eval return (mean over peers)", values: c.marl.eval_return, color: "#e15759", width: 2 }, ...peerLines(c.reward)]);
   }
+  byId("heldout").hidden = !c.heldout;
+  if (c.heldout) heldout.update(c.heldout.x, [...peerLines(c.heldout.peers), ...meanLines(c.heldout.means)]);
   byId("tasks").hidden = !c.tasks;
   if (c.tasks) {
     tasks.update(c.x, Object.entries(c.tasks).map(([task, values]) => ({ label: task, values, color: colorOf(task) })));
@@ -80,8 +85,7 @@ function latestOf(values: Num[]): string {
 function draw(s: Snapshot): void {
   last = s;
   byId("runs").textContent = s.runs.join(", ") || "(no run directory)";
-  drawProgress(s.progress);
-  drawRunStates(s.run_states, s.time);
+  drawProgress(s.progress, s.time);
   drawBadge();
   drawLeaderboard(s.leaderboard, s.chain);
   table.update(s.peers, s.time);

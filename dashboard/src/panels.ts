@@ -1,26 +1,37 @@
-// The small panels: round progress, the leaderboards (local and on chain), recent faults.
+// The small panels: each run's progress, the leaderboards (local per game, and on chain), recent faults.
 
 import { byId, el } from "./dom";
 import { ago, fixed } from "./format";
-import type { Chain, Incident, Progress, RunState, Standing } from "./types";
+import type { Chain, Incident, RunProgress, Standing } from "./types";
 
-export function drawProgress(p: Progress): void {
-  const total = p.max_rounds;
-  const done = Math.min(p.rounds_done, total ?? p.rounds_done);
-  byId("progress-text").textContent = total ? `${done} of ${total} rounds done by every peer · furthest peer in round ${p.round}` : `${done} rounds done · furthest peer in round ${p.round}`;
-  byId("progress-stages").textContent = p.stages ? `${p.stages} stage(s) per round` : "";
-  const bar = byId("progress-bar");
-  bar.style.width = total ? `${Math.min(100, (100 * done) / total).toFixed(1)}%` : "100%";
-  const spread = p.peers_at.map(([round, n]) => `round ${round}: ${n}`).join(" · ");
-  byId("progress-spread").textContent = spread ? `peers at ${spread}` : "no peers yet";
+const runRounds = (r: RunProgress): string => {
+  const done = Math.min(r.rounds_done, r.max_rounds ?? r.rounds_done);
+  return r.max_rounds ? `${done} of ${r.max_rounds} rounds` : `${done} rounds`;
+};
+
+function bar(r: RunProgress): HTMLElement {
+  const fill = el("div", { class: "bar-fill" });
+  fill.style.width = r.max_rounds ? `${Math.min(100, (100 * r.rounds_done) / r.max_rounds).toFixed(1)}%` : "100%";
+  return el("div", { class: "bar" }, fill);
 }
 
-// One line per run when several are watched: "run alpha: 3 of 3 rounds, finished".
-export function drawRunStates(states: RunState[], now: number): void {
-  const lines = states.length < 2 ? [] : states.map((r) => {
-    const rounds = r.max_rounds ? `${Math.min(r.rounds_done, r.max_rounds)} of ${r.max_rounds} rounds` : `${r.rounds_done} rounds`;
+// One run: the bar, its rounds and where its peers are. Several: a line and a bar for each run,
+// its own rounds only ("run alpha: 3 of 3 rounds, finished"): two runs' rounds are never one count.
+export function drawProgress(runs: RunProgress[], now: number): void {
+  const one = runs.length === 1 ? runs[0] : null;
+  byId("progress-one").hidden = one === null;
+  if (one !== null) {
+    byId("progress-text").textContent = `${runRounds(one)} done by every peer · furthest peer in round ${one.round}`;
+    byId("progress-stages").textContent = one.stages ? `${one.stages} stage(s) per round` : "";
+    byId("progress-bar").replaceChildren(bar(one));
+    const spread = one.peers_at.map(([round, n]) => `round ${round}: ${n}`).join(" · ");
+    byId("progress-spread").textContent = spread ? `peers at ${spread}` : "no peers yet";
+  }
+  byId("progress-none").hidden = runs.length > 0;
+  const lines = runs.length < 2 ? [] : runs.map((r) => {
     const state = r.state === "stopped" ? `stopped (no write for ${ago(r.last_write, now).replace(/ ago$/, "")})` : r.state;
-    return el("li", { class: `run-state ${r.state}`, "data-run": r.run }, `run ${r.run}: ${rounds}, ${state}`);
+    return el("li", { class: `run-state ${r.state}`, "data-run": r.run, title: `game ${r.game} · furthest peer in round ${r.round}` },
+      el("span", {}, `run ${r.run}: ${runRounds(r)}, ${state}`), bar(r));
   });
   byId("run-states").replaceChildren(...lines);
 }
@@ -30,7 +41,7 @@ function standingsTable(rows: Standing[], chain: boolean): HTMLTableElement {
   const body = el("tbody");
   rows.forEach((r, i) => {
     body.append(el("tr", { "data-peer": r.id },
-      el("td", {}, i + 1),
+      el("td", {}, r.rank ?? i + 1),
       el("td", { class: "peer-id", title: r.id }, r.id),
       el("td", {}, fixed(r.cumulative)),
       el("td", {}, r.wins),
@@ -40,8 +51,17 @@ function standingsTable(rows: Standing[], chain: boolean): HTMLTableElement {
   return el("table", { class: "standings" }, el("thead", {}, head), body);
 }
 
+// The local standings come ranked within each game (a bandit's reward and an LM's are not one
+// scale): one table per game, headed by its name when there are several.
+function byGame(rows: Standing[]): Node[] {
+  const games = new Map<string, Standing[]>();
+  for (const r of rows) games.set(r.game ?? "", [...(games.get(r.game ?? "") ?? []), r]);
+  if (games.size < 2) return [standingsTable(rows, false)];
+  return [...games].flatMap(([game, members]) => [el("h3", { class: "game", title: game }, `game: ${game}`), standingsTable(members, false)]);
+}
+
 export function drawLeaderboard(local: Standing[], chain: Chain | null): void {
-  byId("leaderboard-local").replaceChildren(local.length ? standingsTable(local, false) : el("p", { class: "muted" }, "no rounds yet"));
+  byId("leaderboard-local").replaceChildren(...(local.length ? byGame(local) : [el("p", { class: "muted" }, "no rounds yet")]));
   const section = byId("leaderboard-chain");
   section.hidden = chain === null;
   if (chain === null) return;

@@ -3,13 +3,13 @@
 // one are asked for (api/metric?key=...) once per snapshot, so a tick never carries every key.
 // Keys come from peers' files: they are option text and a query value, nothing else.
 
-import { LineChart, type Line } from "./charts";
+import { LineChart, meanLines, type Line } from "./charts";
 import { byId, el } from "./dom";
-import { colorOf } from "./format";
 import type { MetricCurves, Num } from "./types";
 
-// Keys the other charts already show: the default pick is the first key outside them (a game's own metric).
-const CHARTED = /^(reward\/|eval\/|time\/|trust\/|swarm\/|success\/|wins$)/;
+// Keys the other charts already show, and the process's memory (mem/: picked by hand): the
+// default pick is the first key outside them (a game's own metric).
+const CHARTED = /^(reward\/|eval\/|heldout\/|mem\/|time\/|trust\/|swarm\/|success\/|wins$)/;
 
 export class MetricPicker {
   private readonly select = byId<HTMLSelectElement>("metric-pick");
@@ -71,10 +71,7 @@ export class MetricPicker {
     byId("metric-empty").hidden = !empty;
     byId("chart-metric").hidden = empty;
     if (d === null || empty) return;
-    const means = Object.entries(d.means).map(([label, values]) => ({
-      label, values, dash: [6, 4], width: 2, color: label === "swarm mean" ? "#222" : colorOf(label),
-    }));
-    this.chart.update(d.x, [...this.peerLines(d.peers), ...means]);
+    this.chart.update(d.x, [...this.peerLines(d.peers), ...meanLines(d.means)]);
     const host = byId("chart-metric");
     host.dataset.key = d.key;
     host.dataset.lines = JSON.stringify([...Object.keys(d.peers), ...Object.keys(d.means)].sort());

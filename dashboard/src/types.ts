@@ -35,6 +35,9 @@ export interface Standing {
   wins: number;
   rounds?: number;
   account?: string;
+  game?: string; // local standings: ranked within their game (the recipe's name), never across games
+  run?: string;
+  rank?: number; // 1 = the best of its game
 }
 
 export interface Chain {
@@ -46,12 +49,24 @@ export interface Chain {
   error?: string | null;
 }
 
-export interface Progress {
-  round: number;
+// One watched run: its own rounds, never mixed with another run's.
+export interface RunProgress {
+  run: string;
+  game: string;
+  state: "running" | "stopped" | "finished";
   rounds_done: number;
   max_rounds: number | null;
+  round: number;
   stages: number | null;
   peers_at: [number, number][];
+  last_write: Num;
+}
+
+// Curves per peer and their mean per run on an x of their own (the metric picker, held-out accuracy).
+export interface PeerCurves {
+  x: number[];
+  peers: Record<string, Num[]>;
+  means: Record<string, Num[]>; // "swarm mean", or "<run> mean" per run when several are watched
 }
 
 export interface Curves {
@@ -62,6 +77,7 @@ export interface Curves {
   times?: { generate: Num[]; exchange: Num[]; train: Num[] };
   marl?: { steps: Num[]; eval_return: Num[]; eval_std: Num[] };
   tasks?: Record<string, Num[]>;
+  heldout?: PeerCurves; // x: rounds trained (0 = before training); absent: no peer logs held-out accuracy
 }
 
 export interface Incident {
@@ -74,24 +90,15 @@ export interface Incident {
   reason: string;
 }
 
-export interface RunState {
-  run: string;
-  state: "running" | "stopped" | "finished";
-  rounds_done: number;
-  max_rounds: number | null;
-  last_write: Num;
-}
-
 export interface Snapshot {
   version: number;
   time: number;
   runs: string[];
-  run_states: RunState[];
+  progress: RunProgress[]; // one per watched run
   state: "running" | "stopped" | "finished";
   peers: PeerRow[];
-  leaderboard: Standing[];
+  leaderboard: Standing[]; // grouped by game, best first in each
   chain: Chain | null;
-  progress: Progress;
   curves: Curves;
   incidents: Incident[];
   status_errors: string[];
@@ -99,10 +106,7 @@ export interface Snapshot {
 }
 
 // api/metric?key=...: one key per peer (named as in the snapshot) and its mean per run.
-export interface MetricCurves {
+export interface MetricCurves extends PeerCurves {
   key: string;
-  x: number[];
-  peers: Record<string, Num[]>;
-  means: Record<string, Num[]>; // "swarm mean", or "<run> mean" per run when several are watched
   version: number;
 }

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 import yaml
@@ -65,6 +65,10 @@ class SwarmConfig:
         _require(self, num_peers=(self.num_peers >= 1, ">= 1"), rank=(self.rank >= 0, ">= 0"))
 
 
+#: ``run.loggers``' names; ``run/loggers`` opens each (its module, and the library it wraps, imported only when named).
+LoggerName = Literal["jsonl", "tensorboard", "trackio", "wandb"]
+
+
 @dataclass
 class RunConfig:
     """The ``run`` section: where outputs go and what is written."""
@@ -73,7 +77,8 @@ class RunConfig:
     checkpoint_every: int = 0  # rounds; 0 = only at the end
     keep_checkpoints: int = 3  # 0 = keep all
     learner_state_in_latest_only: bool = False  # older checkpoints drop learner/ (the optimizer's moments)
-    tensorboard: bool = True
+    loggers: list[LoggerName] = field(default_factory=lambda: ["jsonl", "tensorboard"])  # + trackio, wandb; jsonl is always on
+    tensorboard: bool = True  # false: leave tensorboard out of loggers (the short form)
     console: bool = True
     plot: bool = True  # reward_curve.png in the run directory (needs matplotlib)
     threads: int = 0  # torch threads per in-process peer; 0 = the budget of run/threads.py

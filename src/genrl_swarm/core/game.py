@@ -173,7 +173,7 @@ class GameManager:
         self.book.close_round(r, state.drops)
         self.newcomers.close_round(r, {x.peer_id for x in state.rollouts})
         metrics |= self.book.counters() | {"trust/quarantined": float(len(self.book.quarantined(r + 1)))}
-        result = RoundResult(r, self.peer_id, rewards.mean_by_peer(), rewards.winners(), metrics, state.drops_by_peer())
+        result = RoundResult(r, self.peer_id, rewards.mean_by_peer(), rewards.winners(), metrics, state.drops_by_peer(), rewards.mean_by_stage())
         self.coordinator.report(result)
         self.coordinator.finish_round(r)
         _fire(self.hooks.after_round, self, result)

@@ -203,6 +203,11 @@ class RoundRewards:
             sums.setdefault(s.rollout.peer_id, []).extend(s.rewards)
         return {p: sum(v) / len(v) for p, v in sorted(sums.items())}
 
+    def mean_by_stage(self) -> dict[int, dict[str, float]]:
+        """``mean_by_peer`` of each stage that has a scored rollout: a multi-stage game's round
+        mean hides a stage that learns nothing (a critique, a revision) behind one that does."""
+        return {stage: self.mean_by_peer(stage) for stage in sorted({s.rollout.stage for s in self.scored})}
+
     def winners(self, top_k: int = 1) -> tuple[str, ...]:
         """Peers with the highest mean reward; ties broken by ``tie_break`` (the same on every peer)."""
         means = self.mean_by_peer()
@@ -220,3 +225,4 @@ class RoundResult:
     winners: tuple[str, ...]
     metrics: dict[str, float] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)  # sender -> bodies refused this round
+    stage_rewards: dict[int, dict[str, float]] = field(default_factory=dict)  # stage -> mean reward per peer there (RoundRewards.mean_by_stage)

@@ -16,10 +16,11 @@ from typing import Any
 
 from genrl_swarm.dashboard.tail import JsonlTail
 from genrl_swarm.run.events import EVENTS_FILE, clip
+from genrl_swarm.run.loggers.jsonl import METRICS_FILE
 
-METRICS_FILE = "metrics.jsonl"
 MAX_EVENTS = 256  # drop and quarantine events kept per observing peer (the newest)
-CURVES = ("reward/own", "eval/reward", "reward/swarm_mean", "train/env_steps", "eval/return_std")
+HELDOUT, HELDOUT_BEFORE = "heldout/accuracy", "heldout/accuracy_before"  # the demo's held-out accuracy (games/reasoning_gym/heldout.py)
+CURVES = ("reward/own", "eval/reward", "reward/swarm_mean", "train/env_steps", "eval/return_std", HELDOUT, HELDOUT_BEFORE)
 SUMS = {"time/generate": "time/generate_s", "time/exchange": "time/exchange_s", "time/train": "time/train"}  # per stage -> per round
 DROPPED, SUCCESS = "dropped/", "success/"
 # Every key and number below comes from a file any peer (or whoever can write the run folder)
@@ -73,6 +74,7 @@ def _event(event: dict[str, Any]) -> dict[str, Any]:
         "drop": _text(event.get("drop"), 32),
         "reason": _text(event.get("reason")),
         "peer": _text(event.get("peer")),
+        "game": _text(event.get("game"), 64),
         "backend": _text(event.get("backend"), 64),
         "stages": count(event.get("stages"), MAX_STAGES, 1),
         "max_rounds": count(event.get("max_rounds")),
@@ -118,6 +120,12 @@ class PeerLog:
             if isinstance(row.get("peer"), str):
                 return clip(row["peer"])
         return self.directory.name
+
+    @property
+    def game(self) -> str:
+        """The game its start event names (the recipe's name), or ``run <name>`` for a run that
+        does not say: peers are ranked within one game, and an unnamed run is a game of its own."""
+        return str(self.start.get("game") or f"run {clip(self.run)}")
 
     @property
     def last_seen(self) -> float:

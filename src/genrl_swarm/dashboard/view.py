@@ -11,11 +11,12 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from genrl_swarm.core.types import DropKind
 from genrl_swarm.dashboard.downsample import buckets, series
-from genrl_swarm.dashboard.runs import MAX_ROUND, MAX_STAGES, SUCCESS, PeerLog, count, num
+from genrl_swarm.dashboard.runs import HELDOUT, HELDOUT_BEFORE, MAX_ROUND, MAX_STAGES, SUCCESS, PeerLog, count, num
 from genrl_swarm.run.events import clip
 
 PEER_REWARD = "reward/peer/"
@@ -206,37 +207,26 @@ def peer_rows(logs: Sequence[PeerLog], statuses: Mapping[str, Mapping[str, Any]]
 
 
 def leaderboard(logs: Sequence[PeerLog]) -> list[dict[str, Any]]:
-    """Each peer's own tally from its last row (the coordinator's books), best first."""
-    out = []
+    """Each peer's own tally from its last row (the coordinator's books), ranked within its game:
+    a bandit's cumulative reward and an LM's are not one scale, so games are never ranked
+    together. Games in name order, best first in each; ``rank`` counts from 1 per game."""
     name = namer(logs)
-    for log in logs:
-        if log.rows:
-            last = log.last
-            out.append(
-                {
-                    "id": name(log.run, log.peer),
-                    "cumulative": num(last.get("reward/cumulative")) or 0.0,
-                    "wins": int(num(last.get("wins")) or 0),
-                    "rounds": len(log.rows),
-                }
-            )
-    return sorted(out, key=lambda r: (-r["cumulative"], -r["wins"], r["id"]))
-
-
-def progress(logs: Sequence[PeerLog]) -> dict[str, Any]:
-    """Where the swarm is: the furthest round, the planned rounds and stages, peers per round."""
-    currents = [_current(log) for log in logs]
-    at = Counter(r for r, _ in currents)
-    max_rounds = [m for log in logs if (m := count(log.start.get("max_rounds"), MAX_ROUND)) is not None]
-    stages = [s for log in logs if (s := count(log.start.get("stages"), MAX_STAGES, 1)) is not None]
-    done = [log.last_round + 1 for log in logs if log.last_round is not None]
-    return {
-        "round": max((r for r, _ in currents), default=0),
-        "rounds_done": min(done, default=0),
-        "max_rounds": max(max_rounds, default=None),
-        "stages": max(stages, default=None),
-        "peers_at": sorted([r, n] for r, n in at.items()),
-    }
+    out: list[dict[str, Any]] = [
+        {
+            "id": name(log.run, log.peer),
+            "game": log.game,
+            "run": clip(log.run),
+            "cumulative": num(log.last.get("reward/cumulative")) or 0.0,
+            "wins": int(num(log.last.get("wins")) or 0),
+            "rounds": len(log.rows),
+        }
+        for log in logs
+        if log.rows
+    ]
+    out.sort(key=lambda r: (r["game"], -r["cumulative"], -r["wins"], r["id"]))
+    for i, row in enumerate(out):
+        row["rank"] = 1 if i == 0 or out[i - 1]["game"] != row["game"] else out[i - 1]["rank"] + 1
+    return out
 
 
 def _stale_after(logs: Sequence[PeerLog]) -> float:
@@ -246,10 +236,12 @@ def _stale_after(logs: Sequence[PeerLog]) -> float:
     return max(STALE_S, 5 * max(seconds, default=0.0))
 
 
-def run_states(logs: Sequence[PeerLog], now: float) -> list[dict[str, Any]]:
-    """Per watched run: ``finished`` (every peer did its planned rounds: the run writes no end
-    event, so the rows are the proof), ``stopped`` (no write for ``_stale_after`` seconds before
-    that) or ``running``; with the rounds every peer has done and the planned rounds."""
+def progress(logs: Sequence[PeerLog], now: float) -> list[dict[str, Any]]:
+    """Per watched run, where it is, apart from the others (two runs' rounds are not one count):
+    its game, ``finished`` (every peer did its planned rounds: the run writes no end event, so
+    the rows are the proof), ``stopped`` (no write for ``_stale_after`` seconds before that) or
+    ``running``; the rounds every peer has done, the planned rounds and stages, the furthest
+    round and how many peers are at each round."""
     by_run: defaultdict[str, list[PeerLog]] = defaultdict(list)
     for log in logs:
         by_run[log.run].append(log)
@@ -264,8 +256,19 @@ def run_states(logs: Sequence[PeerLog], now: float) -> list[dict[str, Any]]:
             state = "stopped"
         else:
             state = "running"
-        total = max((m for m in planned if m is not None), default=None)
-        out.append({"run": clip(run), "state": state, "rounds_done": min(done), "max_rounds": total, "last_write": round(last_write, 3) or None})
+        currents = [_current(log) for log in members]
+        stages = [s for log in members if (s := count(log.start.get("stages"), MAX_STAGES, 1)) is not None]
+        out.append({
+            "run": clip(run),
+            "game": next((log.game for log in members if log.start.get("game")), members[0].game),
+            "state": state,
+            "rounds_done": min(done),
+            "max_rounds": max((m for m in planned if m is not None), default=None),
+            "round": max(r for r, _ in currents),
+            "stages": max(stages, default=None),
+            "peers_at": sorted([r, n] for r, n in Counter(r for r, _ in currents).items()),
+            "last_write": round(last_write, 3) or None,
+        })  # fmt: skip
     return out
 
 
@@ -274,6 +277,42 @@ def overall(states: Sequence[Mapping[str, Any]]) -> str:
     if not states or any(s["state"] == "running" for s in states):
         return "running"
     return "finished" if all(s["state"] == "finished" for s in states) else "stopped"
+
+
+def peer_curves(logs: Sequence[PeerLog], values: Mapping[Path, Mapping[int, float]], max_points: int) -> dict[str, Any]:
+    """One value per peer and x (``values``: peer folder -> x -> value) as curves per peer (named as
+    in the snapshot) and their mean per run (two runs are never merged), on the x where some peer
+    has one, cut to at most ``max_points`` buckets within the per-chart value budget."""
+    name = namer(logs)
+    xs = sorted({x for v in values.values() for x in v})
+    runs = sorted({log.run for log in logs})
+    share = max(16, min(max_points, VALUE_BUDGET // max(1, len(logs) + len(runs))))
+    groups = buckets(xs, share)
+    peers = {name(log.run, log.peer): series(values[log.directory], groups) for log in logs if values.get(log.directory)}
+    means: dict[str, list[float | None]] = {}
+    for run in runs:
+        pooled: defaultdict[int, list[float]] = defaultdict(list)
+        for log in logs:
+            if log.run == run:
+                for x, v in values.get(log.directory, {}).items():
+                    pooled[x].append(v)
+        if pooled:
+            label = "swarm mean" if len(runs) == 1 else clip(f"{run} mean")
+            means[label] = series({x: sum(v) / len(v) for x, v in pooled.items()}, groups)
+    return {"x": [g[0] for g in groups], "peers": peers, "means": means}
+
+
+def heldout(logs: Sequence[PeerLog], max_points: int) -> dict[str, Any] | None:
+    """Held-out accuracy against rounds trained, or None when no peer logs it: x = 0 is the
+    evaluation before training, and a row of round r holds the one after r + 1 rounds."""
+    values = {log.directory: _trained(log) for log in logs}
+    return peer_curves(logs, values, max_points) if any(values.values()) else None
+
+
+def _trained(log: PeerLog) -> dict[int, float]:
+    before = log.series.get(HELDOUT_BEFORE, {})
+    after = {r + 1: v for r, v in log.series.get(HELDOUT, {}).items()}
+    return ({0: before[min(before)]} if before else {}) | after
 
 
 def curves(logs: Sequence[PeerLog], max_points: int) -> dict[str, Any]:
@@ -305,6 +344,8 @@ def curves(logs: Sequence[PeerLog], max_points: int) -> dict[str, Any]:
         out["times"] = {part: mean_of(f"time/{part}") for part in ("generate", "exchange", "train")}
     if any("train/env_steps" in log.series for log in logs):
         out["marl"] = {"steps": mean_of("train/env_steps"), "eval_return": mean_of("eval/reward"), "eval_std": mean_of("eval/return_std")}
+    if (held := heldout(logs, max_points)) is not None:
+        out["heldout"] = held
     tasks = sorted({k for log in logs for k in log.series if k.startswith(SUCCESS)})
     if tasks:
         out["tasks"] = {clip(t[len(SUCCESS) :]): mean_of(t) for t in tasks[:64]}
@@ -340,10 +381,10 @@ def snapshot(
     now: float | None = None,
 ) -> dict[str, Any]:
     omitted: list[int] = []
-    states = run_states(logs, time.time() if now is None else now)
+    states = progress(logs, time.time() if now is None else now)
     return {
         "runs": list(runs),
-        "run_states": states,
+        "progress": states,
         "state": overall(states),
         "peers": peer_rows(logs, statuses or {}, omitted),
         "peers_omitted": sum(omitted),
@@ -351,7 +392,6 @@ def snapshot(
         "skipped_lines": sum(log.metrics.skipped + log.events.skipped for log in logs),
         "leaderboard": leaderboard(logs),
         "chain": dict(chain) if chain else None,
-        "progress": progress(logs),
         "curves": curves(logs, max_points),
         "incidents": incidents(logs),
     }

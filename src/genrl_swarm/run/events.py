@@ -4,7 +4,7 @@ A metrics row is one round's scalars; the dashboard also wants the backend a pee
 stage a peer is in while a round is under way, and *why* payloads were dropped and senders
 quarantined (reasons are text, per sender: not scalars for TensorBoard). ``EventLog.attach``
 adds the hooks to a GameManager. Every line is one JSON object with ``t`` (unix time) and
-``kind``: ``start``, ``stage``, ``drop``, ``drops_omitted``, ``quarantine``, ``round``.
+``kind``: ``start`` (with the game: the recipe's name), ``stage``, ``drop``, ``drops_omitted``, ``quarantine``, ``round``.
 
 Reasons and peer ids come from untrusted peers: they are cut to ``MAX_TEXT`` characters and at
 most ``max_drops`` drops are written per round, so a hostile swarm cannot grow the file faster
@@ -37,10 +37,11 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
 class EventLog:
     """The hooks of one peer; ``attach`` once per GameManager, like the MetricsLogger."""
 
-    def __init__(self, directory: Path, max_drops: int = 64) -> None:
+    def __init__(self, directory: Path, max_drops: int = 64, game: str = "") -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / EVENTS_FILE
         self.max_drops = max_drops
+        self.game = game  # the recipe's name: the dashboard ranks peers of one game together, never across games
         self._quarantines: dict[str, int] = {}  # sender -> round its quarantine ends, as last written
         self._lock = threading.Lock()
 
@@ -49,6 +50,7 @@ class EventLog:
         self._write(
             kind="start",
             peer=manager.peer_id,
+            game=self.game,
             backend=type(manager.comm).__name__,
             coordinator=type(manager.coordinator).__name__,
             stages=config.num_stages,

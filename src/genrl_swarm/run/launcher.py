@@ -199,8 +199,12 @@ def _build_game(
         directory / "checkpoints", run.checkpoint_every, run.keep_checkpoints, game.max_rounds, run.learner_state_in_latest_only
     )
     manager.hooks.after_round.append(checkpointer)
-    manager.hooks.after_round.append(MetricsLogger(directory, run.tensorboard, start_round=manager.start_round, carried=carried))
-    EventLog(directory).attach(manager)  # backend, stage progress, drop and quarantine reasons (the dashboard reads them)
+    game_name = str(spec.get("name") or "game")
+    metrics = MetricsLogger(
+        directory, run.loggers, tensorboard=run.tensorboard, start_round=manager.start_round, carried=carried, game=game_name, recipe=spec
+    )
+    manager.hooks.after_round.append(metrics)
+    EventLog(directory, game=game_name).attach(manager)  # game, backend, stage progress, drop and quarantine reasons (the dashboard reads them)
     manager.hooks.after_game.append(checkpointer.on_stop)
     return manager
 

@@ -1,94 +1,111 @@
-"""Per-round metrics of one peer: a JSONL file (the record) and TensorBoard (the view)."""
+"""Per-round metrics of one peer: the row (what a round is worth recording) and the hook that
+hands it to every logger ``run.loggers`` names (JSONL always, TensorBoard, trackio, W&B).
+
+A row is the round's scalars: rewards (the round's and each stage's, own and the swarm's), the
+loop's metrics, the peer's tally, its drops per sender and this process's memory. An
+``after_round`` hook placed before the checkpoint may add its own scalars to ``result.metrics``
+(the demo's held-out accuracy does): the checkpoint, metrics.jsonl and every tracker then get them.
+"""
 
 from __future__ import annotations
 
-import json
-import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from genrl_swarm.config import LoggerName, RecipeError
 from genrl_swarm.core.game import GameManager
 from genrl_swarm.core.types import RoundResult
-from genrl_swarm.run.checkpoint import write_atomic
-from genrl_swarm.run.storage import writing
-from genrl_swarm.run.tensorboard import ScalarWriter
+from genrl_swarm.run.loggers import chosen, open_logger
+from genrl_swarm.run.loggers.base import Logger, LoggerContext
+from genrl_swarm.run.loggers.jsonl import METRICS_FILE, resume_rows
+from genrl_swarm.run.loggers.jsonl import read_metrics as read_metrics  # where every reader of the file imports it
+from genrl_swarm.run.memory import memory_metrics
 
-log = logging.getLogger(__name__)
+
+def _swarm_mean(means: Mapping[str, float]) -> float:
+    """The mean of every peer's mean reward: one peer, one vote, however many rollouts it sent."""
+    return sum(means.values()) / len(means) if means else 0.0
 
 
 def flatten(result: RoundResult) -> dict[str, float]:
-    """Scalars of a round: rewards per peer, own reward, swarm mean, and the loop's metrics."""
-    own = result.rewards.get(result.peer_id, 0.0)
-    swarm = sum(result.rewards.values()) / len(result.rewards) if result.rewards else 0.0
-    out = {"reward/own": own, "reward/swarm_mean": swarm}
+    """Scalars of a round: own reward (as this peer scored itself) and the swarm mean, the same two
+    for each stage (``_s<stage>``, the suffix of the loop's per-stage metrics; own only for a stage
+    this peer played), rewards per peer, the loop's metrics."""
+    me = result.peer_id
+    out = {"reward/own": result.rewards.get(me, 0.0), "reward/swarm_mean": _swarm_mean(result.rewards)}
+    for stage, means in sorted(result.stage_rewards.items()):
+        if me in means:
+            out[f"reward/own_s{stage}"] = means[me]
+        out[f"reward/swarm_mean_s{stage}"] = _swarm_mean(means)
     out |= {f"reward/peer/{p}": v for p, v in result.rewards.items()}
     return out | result.metrics
 
 
 def metrics_row(manager: GameManager, result: RoundResult) -> dict[str, Any]:
-    """The ``metrics.jsonl`` row of a round: its scalars, the peer's tally, its drops per sender."""
+    """The ``metrics.jsonl`` row of a round: its scalars, the peer's tally, its drops per sender, its process's memory."""
     scalars = flatten(result)
     scalars["reward/cumulative"], scalars["wins"] = manager.coordinator.tally(result.peer_id)
     scalars |= {f"dropped/{p}": float(n) for p, n in result.dropped.items()}
+    scalars |= memory_metrics()
     return {"round": result.round, "peer": result.peer_id, "winners": list(result.winners), **scalars}
 
 
 class MetricsLogger:
-    """An ``after_round`` hook; one per peer, in ``<run dir>/<peer id>/``.
+    """An ``after_round`` hook; one per peer, writing into ``<run dir>/<peer id>/``.
 
-    Rows of ``start_round`` and later (played after the checkpoint a resumed run starts from, or
-    by an earlier run in the same directory) are removed when the logger starts, and logged, so
-    every round appears once, and a round the resumed peer then skips (catch-up) leaves no row
-    behind; TensorBoard purges from ``start_round`` too. ``carried`` is the row the checkpoint
-    holds for its own round (``start_round - 1``): written again if the process died after the
-    checkpoint and before that row, so a kill at any instant loses no row.
+    It opens ``chosen(loggers, tensorboard)`` (metrics.jsonl first) and gives each the row of
+    every round. On ``--resume`` metrics.jsonl first keeps only the rounds before ``start_round``
+    (``jsonl.resume_rows``), and ``carried``, the row the checkpoint holds for its own round, is
+    written again to every logger if the process died after the checkpoint and before that row,
+    so a kill at any instant loses no row.
     """
 
-    def __init__(self, directory: Path, tensorboard: bool = True, start_round: int = 0, carried: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        loggers: Sequence[LoggerName] = ("jsonl", "tensorboard"),
+        *,
+        tensorboard: bool = True,
+        start_round: int = 0,
+        carried: dict[str, Any] | None = None,
+        game: str = "game",
+        recipe: Mapping[str, Any] | None = None,
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / "metrics.jsonl"
-        self._writer: Any = None
-        if tensorboard:
-            self._writer = ScalarWriter(directory / "tb", purge_step=start_round)
-        rows = read_metrics(self.path) if self.path.exists() else []
-        kept = [row for row in rows if row.get("round", -1) < start_round]
-        if len(kept) < len(rows):
-            dropped = sorted({row.get("round", -1) for row in rows} - {row["round"] for row in kept})
-            log.info(
-                "%s: rounds %d-%d were played after the checkpoint this run resumes from: their rows are removed and the rounds played again",
-                self.path,
-                dropped[0],
-                dropped[-1],
-            )
-        if self.path.exists():  # also drops a row cut short by a kill; renamed into place, so a kill now loses nothing
-            write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept))
-        if carried is not None and carried.get("round") == start_round - 1 and not any(row.get("round") == carried["round"] for row in kept):
-            log.info("%s: the row of round %d was lost (stopped after its checkpoint): written from the checkpoint", self.path, carried["round"])
-            self._write(carried)
+        self.path = directory / METRICS_FILE
+        lost = resume_rows(self.path, start_round, carried)
+        context = LoggerContext(directory, peer=directory.name, run=directory.parent.name, game=game, start_round=start_round, recipe=recipe or {})
+        self.loggers: list[Logger] = []
+        try:
+            for name in chosen(loggers, tensorboard):
+                self.loggers.append(_open(name, context))
+        except BaseException:
+            self.close()
+            raise
+        if lost is not None:
+            self._write(lost)
 
     def __call__(self, manager: GameManager, result: RoundResult) -> None:
         self._write(metrics_row(manager, result))
 
-    def _write(self, record: dict[str, Any]) -> None:
-        with writing(self.path), self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self._writer is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "round":
-                    self._writer.add_scalar(key, value, record["round"])
-            self._writer.flush()
+    def _write(self, row: dict[str, Any]) -> None:
+        for logger in self.loggers:
+            logger.log(row, int(row["round"]))
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        for logger in self.loggers:
+            logger.close()
+        self.loggers = []
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.jsonl; a line cut short by a crash mid-write is skipped."""
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+def _open(name: LoggerName, context: LoggerContext) -> Logger:
+    """One logger; a tracker that cannot start (W&B online without a key, ...) is the recipe's
+    to fix: one line naming it. A disk error stays a disk error (``run.failures``)."""
+    try:
+        return open_logger(name, context)
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a third-party tracker's own error type, re-raised as one line
+        text = " ".join(str(e).split()) or type(e).__name__
+        raise RecipeError(f"run.loggers: {name} did not start: {text}") from e

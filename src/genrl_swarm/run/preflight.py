@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from genrl_swarm.config import import_target
+from genrl_swarm.config import RecipeError, import_target
+from genrl_swarm.run.loggers import missing
 
 
 @runtime_checkable
@@ -25,7 +26,10 @@ class Preflighted(Protocol):
 
 
 def preflight(spec: Mapping[str, Any]) -> None:
-    """``preflight`` of each recipe section's component class that defines one."""
+    """``preflight`` of each recipe section's component class that defines one, and the
+    libraries ``run.loggers`` names (a tracker not installed)."""
+    if (rule := missing(spec.get("run", {}).get("loggers", ()))) is not None:
+        raise RecipeError(f"run.loggers: {rule}")
     for section, node in spec.items():
         if not (isinstance(node, Mapping) and "_target_" in node):
             continue

@@ -64,7 +64,7 @@ def _demo(recipe: str, overrides: list[str]) -> int:
         flush=True,
     )
     for m in managers:
-        m.hooks.after_round.append(heldout)
+        m.hooks.after_round.insert(0, heldout)  # first: its scores join the round's row (checkpoint, metrics.jsonl, trackers)
     signals = StopSignals(functools.partial(stop_all, managers))
     run_managers(managers, signals=signals)
     plot = plot_rewards(Path(run.dir)) if run.plot else None

@@ -4,7 +4,9 @@ Why not the game's ``eval/reward``: it is one number, accuracy and format bonus 
 the game evaluates only after training rounds, so a run has no starting value to compare with.
 ``HeldOutEval`` scores the data's held-out split with greedy decoding before round 0 and after
 every ``every`` rounds (and the last), keeping accuracy and format (one ``<answer>`` block)
-separate.
+separate. Its scores join the metrics row of the round they follow (``heldout/accuracy``,
+``heldout/format``; the evaluation before training in each peer's first row as ``..._before``),
+so metrics.jsonl, the trackers and the dashboard hold the number the demo prints.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ class Score:
     format: float
     n: int
 
+    def metrics(self, suffix: str = "") -> dict[str, float]:
+        """The score as a metrics row's scalars."""
+        return {f"heldout/accuracy{suffix}": self.accuracy, f"heldout/format{suffix}": self.format}
+
 
 def score_texts(tasks: Sequence[Task], texts: Sequence[str]) -> Score:
     """Accuracy (the reward's own scorer) and format rate of one completion per task."""
@@ -52,7 +58,9 @@ def evaluate(policy: Policy, tasks: Sequence[Task]) -> Score:
 @dataclass
 class HeldOutEval:
     """``after_round`` hook: ``scores[peer]`` is a list of (rounds trained, Score); call
-    ``before`` on each manager ahead of the run for the starting value."""
+    ``before`` on a manager ahead of the run for the starting value (every peer starts from the
+    same weights: one peer's is the swarm's). Placed before the checkpoint and metrics hooks, it
+    adds its scores to the round's ``result.metrics`` (``run.metrics``)."""
 
     every: int
     max_rounds: int
@@ -60,14 +68,20 @@ class HeldOutEval:
     stream: TextIO | None = None
     scores: dict[str, list[tuple[int, Score]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _start: Score | None = None
+    _first_rows: set[str] = field(default_factory=set)  # peers whose first row has the start score
 
     def before(self, manager: GameManager) -> Score:
-        return self._record(manager, 0)
+        self._start = self._record(manager, 0)
+        return self._start
 
     def __call__(self, manager: GameManager, result: RoundResult) -> None:
+        if self._start is not None and result.peer_id not in self._first_rows:
+            self._first_rows.add(result.peer_id)
+            result.metrics.update(self._start.metrics("_before"))
         done = result.round + 1
         if done == self.max_rounds or (self.every > 0 and done % self.every == 0):
-            self._record(manager, done)
+            result.metrics.update(self._record(manager, done).metrics())
 
     def _record(self, manager: GameManager, rounds: int) -> Score:
         score = evaluate(manager.policy, manager.data.eval_tasks())
