@@ -27,6 +27,7 @@ from genrl_swarm.scoring.pool import ScorerPool
 from helpers.spiral import spiral, spiral_entry, spiral_pool
 
 pytest.importorskip("reasoning_gym")
+from genrl_swarm.scoring import rg_sandboxed  # noqa: E402, F401 - the scorer the sandbox preloads: it needs Reasoning Gym
 
 SECRET = "0x5ec2e7-chain-key"
 #: Replace the audit hook's ``refuse`` with a no-op: afterwards the hook refuses nothing.

@@ -16,6 +16,7 @@ from genrl_swarm.scoring.pool import ScorerPool
 from helpers.spiral import spiral, spiral_entry, spiral_pool
 
 pytest.importorskip("reasoning_gym")
+from genrl_swarm.scoring import rg_sandboxed  # noqa: E402, F401 - the scorer the sandbox preloads: it needs Reasoning Gym
 
 
 @pytest.fixture(scope="module")
