@@ -224,7 +224,8 @@ async def request_held(p2p: Any, peer: Any, proto: str, digest: bytes, limit: in
         (size,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
         if size > limit:
             raise ProtocolError(f"offers {size} bytes for a payload of {limit}")
-        return await reader.readexactly(size)
+        data: bytes = await reader.readexactly(size)
+        return data
     finally:
         writer.close()
 
