@@ -42,4 +42,4 @@ class TrackioLogger:
         self._run.log(scalars(row), step=step)
 
     def close(self) -> None:
-        self._run.finish()
+        self._run.finish()  # type: ignore[no-untyped-call]
