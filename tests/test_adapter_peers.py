@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")
+import peft  # noqa: F401 - LMPolicy builds its LoRA adapters with it
 import torch
 
 from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, StageInput, Task, TokenRollout, TokenSample
