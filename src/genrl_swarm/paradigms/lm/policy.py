@@ -25,7 +25,8 @@ from genrl_swarm.core.limits import LimitError
 from genrl_swarm.paradigms.lm import heap
 from genrl_swarm.paradigms.lm.adapters import adapt
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
-from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, check_model, load_peer_model
+from genrl_swarm.paradigms.lm.model_digest import ModelDigest, load_adapter, model_digest
+from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, apply_lora, check_model, load_peer_model
 from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.sampling import Sampled, hf_sample, sample
 from genrl_swarm.paradigms.lm.sampling_model import DTYPES, SamplingModel
@@ -143,6 +144,7 @@ class LMPolicy(Policy):
         self._sampling_models: dict[str, SamplingModel] = {}
         self._compiled: tuple[Any, StepFn] | None = None  # (module, its compiled decode step)
         self._packs = self.base.packs if self.base is not None else PackCache()  # the decode weights packed for oneDNN
+        self._scratch: Any = None  # a shell of the shared base for other peers' adapters (``sender_model``)
 
     @classmethod
     def preflight(cls, arguments: Mapping[str, Any]) -> None:
@@ -319,6 +321,23 @@ class LMPolicy(Policy):
         if top >= self.vocab_size:
             return Refusal(f"token id {top} is outside this peer's vocabulary of {self.vocab_size}", local=True)
         return None
+
+    # ------------------------------------------------------------------ the model, committed
+    def model_digest(self) -> ModelDigest:
+        """The digests of the base and the adapter this peer generates with (``lm.model_digest``):
+        what its commitment names. The shared base's is hashed once; a full model's every call."""
+        return model_digest(self.model, self.base.digest() if self.base is not None else None)
+
+    def sender_model(self, blob: bytes, digest: str) -> Any:
+        """Another peer's model to check its bodies with (``lm.verify``): this peer's shared base
+        with the adapter ``blob`` that hashes to ``digest`` (``load_adapter``: ValueError when it
+        does not, or does not fit), in one scratch shell kept for the next check."""
+        if self.base is None or self.lora is None:
+            raise ValueError("only adapter peers on a shared base can load another peer's adapter")
+        if self._scratch is None:
+            self._scratch = apply_lora(self.base.shell(), self.lora)
+        load_adapter(self._scratch, blob, digest)
+        return self._scratch
 
     # ------------------------------------------------------------------ weights
     def load_weights(self, weights: Weights) -> None:

@@ -32,6 +32,17 @@ class SharedBase:
     model: Any
     key: tuple[str, str, str]
     packs: PackCache = field(default_factory=PackCache)
+    _digest: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def digest(self) -> str:
+        """The base's digest (``lm.model_digest``), hashed once: the base never changes."""
+        with self._lock:
+            if not self._digest:
+                from genrl_swarm.paradigms.lm.model_digest import base_state, tensors_digest
+
+                self._digest = tensors_digest(base_state(self.model))
+            return self._digest
 
     def shell(self) -> Any:
         """A module tree of this base for one peer: new module objects, the base's tensors."""

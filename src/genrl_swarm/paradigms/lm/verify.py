@@ -1,0 +1,181 @@
+"""Spot checks: one forward pass redoes a body's seeded draws (issue 45.4, the check itself).
+
+Why: with seeded sampling (``lm.seeding``) a body's tokens are a function of the sender's model
+and public numbers, so a receiver holding that model (an adapter fetched by its committed digest,
+on the base every peer shares) needs no trust in the sender: it recomputes the logits of prompt +
+completion in one teacher-forced pass and, token by token, asks whether the sampler with the
+public ``u`` picks the token sent, and whether the claimed behaviour log-prob is the recomputed
+one. A best-of-n pick, tokens from another model or adapter, and tokens from no model at all fail
+(tests/test_spot_checks.py); an honest sender on other threads, kernels or machines differs only
+by rounding.
+
+Rounding is what the tolerance is for. The sampler picks token j when ``u`` falls in
+[lo_j, hi_j), the cumulative probability before and after j (in vocabulary order; by descending
+probability inside the nucleus when top_p < 1). Logits that differ by rounding move these edges
+by a little, so a ``u`` within ``Tolerance.mass`` of an edge is a *near tie*: another honest
+implementation may pick the neighbour. Such tokens, and tokens whose nucleus depends on rounding
+(the token's own preceding mass within ``mass`` of top_p; tokens that are in or out of the nucleus
+by rounding also widen every edge's tolerance by their renormalised mass), are skipped and counted; the tokens after
+them are still checked (teacher forcing conditions on what was sent). Everything else that
+fails is a *mismatch*, which no honest sender produces: the verdict names the sample, the token
+and why, so the body, the sender's signed commitment and its adapter prove it to anyone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from genrl_swarm.core import ActSeed, TokenRollout
+from genrl_swarm.paradigms.lm.seeding import row_key, uniform
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far an honest recomputation may be from the sender's: ``mass`` in cumulative
+    probability (an edge of a token's interval), ``logprob`` in a claimed behaviour log-prob.
+    The defaults hold fp32 samplers on any thread count, packed or not (calibrated in
+    tests/test_spot_checks.py and docs/benchmarks.md); a bf16 sampler needs looser ones."""
+
+    mass: float = 5e-4
+    logprob: float = 5e-3
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What checking one body found: ``tokens`` redone, ``near_ties`` skipped, the first
+    ``mismatch`` (None: the body is what the public draw gives), the largest log-prob error."""
+
+    tokens: int
+    near_ties: int
+    mismatch: str | None = None
+    worst_logprob_error: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatch is None
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Per completion token of one sample: where the sampler's ``u`` must fall, [lo, hi), the
+    recomputed log-prob, whether rounding could move the token itself in or out of the nucleus
+    (``edge``), and how far rounding could move the edges through the nucleus's normaliser
+    (``slack``: the renormalised mass of the tokens whose place in it is a matter of rounding)."""
+
+    lo: torch.Tensor
+    hi: torch.Tensor
+    logprob: torch.Tensor
+    edge: torch.Tensor
+    slack: torch.Tensor
+
+
+def intervals(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_p: float, mass: float) -> Draws:
+    """``Draws`` of ``tokens`` [T] under ``logits`` [T, V], as ``sampling.pick`` draws (float64)."""
+    scaled = logits.double()
+    if temperature != 1.0:
+        scaled = (scaled - scaled.amax(-1, keepdim=True)) / temperature
+    probs = torch.softmax(scaled, -1)
+    index = tokens[:, None]
+    if top_p >= 1.0:
+        lo = (probs.cumsum(-1) - probs).gather(-1, index).squeeze(-1)
+        p = probs.gather(-1, index).squeeze(-1)
+        none = torch.zeros_like(p)
+        return Draws(lo, lo + p, torch.log_softmax(scaled, -1).gather(-1, index).squeeze(-1), none.bool(), none)
+    ranked, order = probs.sort(dim=-1, descending=True, stable=True)
+    before = ranked.cumsum(-1) - ranked
+    kept = before < top_p
+    total = (ranked * kept).sum(-1, keepdim=True)
+    q = ranked * kept / total
+    rank = (order == index).long().argmax(-1, keepdim=True)
+    lo = (q.cumsum(-1) - q).gather(-1, rank).squeeze(-1)
+    p = q.gather(-1, rank).squeeze(-1)
+    unsure = (before - top_p).abs() < mass  # in or out of the nucleus by rounding
+    slack = (ranked * unsure).sum(-1) / total.squeeze(-1)
+    return Draws(lo, lo + p, p.log(), unsure.gather(-1, rank).squeeze(-1), slack)
+
+
+def forward_logits(model: Any, sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[torch.Tensor]:
+    """Each (prompt, completion)'s next-token logits over its completion [len, V], in one
+    teacher-forced pass (left padding)."""
+    length = max(len(p) + len(c) for p, c in sequences)
+    ids = torch.zeros((len(sequences), length), dtype=torch.long)
+    mask = torch.zeros((len(sequences), length), dtype=torch.long)
+    for row, (prompt, completion) in enumerate(sequences):
+        seq = [*prompt, *completion]
+        ids[row, length - len(seq) :], mask[row, length - len(seq) :] = torch.tensor(seq), 1
+    device = next(model.parameters()).device
+    ids, mask = ids.to(device), mask.to(device)
+    model.eval()  # as the sampler runs it (a learner leaves it in train mode: LoRA dropout)
+    with torch.inference_mode():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0), use_cache=False)
+    logits = out.logits.float().cpu()
+    return [logits[row, length - len(c) - 1 : length - 1] for row, (_, c) in enumerate(sequences)]
+
+
+def check_body(
+    model: Any, body: TokenRollout, seed: ActSeed, temperature: float, top_p: float, eos_ids: Sequence[int], tolerance: Tolerance = Tolerance()
+) -> Verdict:
+    """Whether ``body`` is what ``model`` draws with the public numbers of ``seed`` (``lm.seeding``)."""
+    return check_bodies(model, [body], seed, temperature, top_p, eos_ids, tolerance)[0]
+
+
+def check_bodies(
+    model: Any,
+    bodies: Sequence[TokenRollout],
+    seed: ActSeed,
+    temperature: float,
+    top_p: float,
+    eos_ids: Sequence[int],
+    tolerance: Tolerance = Tolerance(),
+    rows: int = 64,
+) -> list[Verdict]:
+    """``check_body`` of each of one sender's ``bodies``, their samples forwarded ``rows`` at a time."""
+    sequences = [(b.prompt_ids, s.completion_ids) for b in bodies for s in b.samples]
+    logits = [x for i in range(0, len(sequences), rows) for x in forward_logits(model, sequences[i : i + rows])]
+    out, start = [], 0
+    for body in bodies:
+        out.append(_verdict(body, logits[start : start + len(body.samples)], seed, temperature, top_p, set(eos_ids), tolerance))
+        start += len(body.samples)
+    return out
+
+
+def _verdict(
+    body: TokenRollout, logits: Sequence[torch.Tensor], seed: ActSeed, temperature: float, top_p: float, eos: set[int], tolerance: Tolerance
+) -> Verdict:
+    tokens = ties = 0
+    worst = 0.0
+    for k, (sample, sample_logits) in enumerate(zip(body.samples, logits, strict=True)):
+        ids = list(sample.completion_ids)
+        if any(t in eos for t in ids[:-1]) or (sample.finish_reason == "stop") != (ids[-1] in eos):
+            return Verdict(tokens, ties, f"sample {k}: the sampler stops at its first EOS, and only there ({sample.finish_reason})", worst)
+        key = row_key(seed, body.input_digest, k)
+        u = torch.tensor([uniform(key, t) for t in range(len(ids))], dtype=torch.float64)
+        draws = intervals(sample_logits, torch.tensor(ids), temperature, top_p, tolerance.mass)
+        error = (torch.tensor(sample.logprobs, dtype=torch.float64) - draws.logprob).abs()
+        margin = tolerance.mass + draws.slack
+        inside = (u >= draws.lo - margin) & (u < draws.hi + margin)
+        clear = (u >= draws.lo + margin) & (u < draws.hi - margin) & ~draws.edge
+        for t in range(len(ids)):
+            if not bool(clear[t]) and (bool(inside[t]) or bool(draws.edge[t])):
+                ties += 1
+                continue
+            tokens += 1
+            if not bool(inside[t]):
+                where = f"[{float(draws.lo[t]):.6f}, {float(draws.hi[t]):.6f})" if math.isfinite(float(draws.logprob[t])) else "outside the nucleus"
+                return Verdict(
+                    tokens,
+                    ties,
+                    f"sample {k} token {t} ({ids[t]}): the public draw u={float(u[t]):.6f} does not pick it, its interval is {where}",
+                    worst,
+                )
+            worst = max(worst, float(error[t]))
+            if float(error[t]) > tolerance.logprob:
+                return Verdict(
+                    tokens, ties, f"sample {k} token {t}: claimed log-prob {sample.logprobs[t]:.5f}, recomputed {float(draws.logprob[t]):.5f}", worst
+                )
+    return Verdict(tokens, ties, None, worst)

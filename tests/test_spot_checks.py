@@ -1,0 +1,152 @@
+"""Spot checks (issue 45.4, the check itself): one teacher-forced pass redoes a body's seeded
+draws (``lm.verify``).
+
+- honest bodies pass: 1,024 bodies from fp32 samplers on 1 and 2 threads, packed and unpacked
+  kernels, static and dynamic KV paths, with and without a nucleus: no false alarm, few near ties;
+- a cheater is caught by the check of one body: a best-of-n pick, tokens from another model,
+  from another adapter than the one checked, and tokens from no model at all; claimed log-probs
+  that are not the model's.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import replace
+
+import msgspec
+import pytest
+
+pytest.importorskip("torch")
+import torch
+
+from genrl_swarm.core import ActSeed, StageInput, Task, TokenRollout
+from genrl_swarm.paradigms.lm import packed as packing
+from genrl_swarm.paradigms.lm.policy import LMPolicy
+from genrl_swarm.paradigms.lm.verify import Verdict, check_bodies
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+SEED = ActSeed(bytes(range(16)), 5, "peer-a")
+SAMPLING = {"num_generations": 4, "max_new_tokens": 12}
+
+
+def inputs(count: int, salt: str = "") -> list[StageInput]:
+    return [Task.create(f"Calculate {i} + {i % 7}.{salt}").input(0) for i in range(count)]
+
+
+def check(policy: LMPolicy, bodies: list[TokenRollout], seed: ActSeed = SEED, model: object | None = None) -> list[Verdict]:
+    cfg = policy.sampling
+    return check_bodies(model or policy.model, bodies, seed, cfg.temperature, cfg.top_p, policy.eos_ids)
+
+
+@pytest.mark.parametrize(
+    ("changes", "temperature", "top_p"),
+    [
+        ({"threads": 1, "pack": True}, 1.0, 1.0),
+        ({"threads": 2, "pack": False}, 1.0, 1.0),
+        ({"threads": 1, "pack": False, "kv_cache": "dynamic"}, 1.3, 0.9),
+        ({"threads": 2, "pack": True}, 0.7, 0.95),
+    ],
+)
+def test_honest_bodies_pass_on_any_threads_and_kernels(
+    monkeypatch: pytest.MonkeyPatch, changes: dict[str, object], temperature: float, top_p: float
+) -> None:
+    """128 bodies a configuration (512 in all; benchmarks/bench_spot_checks.py checks thousands
+    on SmolLM2), checked by a pass on the receiver's defaults."""
+    monkeypatch.setattr(packing, "MIN_WIDTH", 0)  # the tiny model packed too
+    sender = LMPolicy("tiny-random", {**SAMPLING, "temperature": temperature, "top_p": top_p, **changes}, seed=1)
+    verdicts = []
+    for r in range(2):
+        seed = replace(SEED, round=r)
+        sender.begin_round(seed)
+        verdicts += check(sender, sender.rollouts(inputs(64, f" r{r}")), seed)
+    bad = [v.mismatch for v in verdicts if not v.ok]
+    assert not bad, bad[:3]
+    tokens, ties = sum(v.tokens for v in verdicts), sum(v.near_ties for v in verdicts)
+    assert tokens > 2_500 and ties <= 0.02 * (tokens + ties)  # near ties are rare
+    assert max(v.worst_logprob_error for v in verdicts) < 1e-3
+
+
+@pytest.fixture(scope="module")
+def honest() -> LMPolicy:
+    policy = LMPolicy("tiny-random", {**SAMPLING, "temperature": 1.2}, seed=1)
+    policy.begin_round(SEED)
+    return policy
+
+
+def caught(verdicts: list[Verdict]) -> float:
+    return sum(not v.ok for v in verdicts) / len(verdicts)
+
+
+def test_a_best_of_n_pick_is_caught(honest: LMPolicy) -> None:
+    """Each sample the longest of 8 drawn with private numbers, sent as the fair draw."""
+    questions = inputs(32)
+    drawn = []
+    for private in range(8):
+        honest.begin_round(replace(SEED, round=1000 + private))
+        drawn.append(honest.rollouts(questions))
+    honest.begin_round(SEED)
+    bodies = []
+    for k, fair in enumerate(honest.rollouts(questions)):
+        candidates = [s for bodies_of_round in drawn for s in bodies_of_round[k].samples]
+        best = sorted(candidates, key=lambda s: -len(s.completion_ids))[: len(fair.samples)]
+        bodies.append(msgspec.structs.replace(fair, samples=tuple(best)))
+    assert caught(check(honest, bodies)) == 1.0
+
+
+def test_another_models_tokens_are_caught(honest: LMPolicy) -> None:
+    """The right public numbers, another model's tokens and its own log-probs."""
+    other = LMPolicy("tiny-random", {**SAMPLING, "temperature": 1.2}, seed=2)
+    with torch.no_grad():
+        for p in other.model.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(3)) * 0.05)
+    other.begin_round(SEED)
+    assert caught(check(honest, other.rollouts(inputs(32)))) == 1.0
+
+
+def test_another_adapter_than_the_checked_one_is_caught() -> None:
+    """Two adapter peers on one base: bodies of the one checked against the other's adapter."""
+    lora = {"r": 4, "alpha": 8, "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
+    committed, used = (LMPolicy("tiny-random", {**SAMPLING, "temperature": 1.2}, lora=lora, seed=s) for s in (1, 2))
+    with torch.no_grad():
+        for policy, scale in ((committed, 0.3), (used, -0.3)):
+            for name, w in policy.model.named_parameters():
+                if "lora_B" in name:
+                    w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(len(name))) * scale)
+    used.begin_round(SEED)
+    bodies = used.rollouts(inputs(32))
+    assert all(v.ok for v in check(used, bodies))  # honest against the adapter it used
+    assert caught(check(committed, bodies)) == 1.0
+
+
+def test_tokens_from_no_model_are_caught(honest: LMPolicy) -> None:
+    """Plausible-looking samples from no model: random tokens, then EOS, log-probs of -1."""
+    rng = random.Random(0)
+    eos = honest.eos_ids[0]
+    (template,) = honest.rollouts(inputs(1))
+    bodies = []
+    for inp in inputs(32):
+        samples = []
+        for _ in range(4):
+            ids = (*(rng.randrange(honest.vocab_size) for _ in range(rng.randint(2, 8))), eos)
+            samples.append(msgspec.structs.replace(template.samples[0], completion_ids=ids, logprobs=(-1.0,) * len(ids), finish_reason="stop"))
+        bodies.append(TokenRollout(inp.task_id, inp.digest, tuple(honest.prompt_ids(inp)), tuple(samples), 0, honest.fingerprint))
+    assert caught(check(honest, bodies)) == 1.0
+
+
+def test_claimed_log_probs_that_are_not_the_models_are_caught(honest: LMPolicy) -> None:
+    """The fair tokens with inflated behaviour log-probs (a bigger importance weight)."""
+    bodies = honest.rollouts(inputs(16))
+    assert all(v.ok for v in check(honest, bodies))
+    lied = [
+        msgspec.structs.replace(b, samples=tuple(msgspec.structs.replace(s, logprobs=tuple(x * 0.5 for x in s.logprobs)) for s in b.samples))
+        for b in bodies
+    ]
+    verdicts = check(honest, lied)
+    assert caught(verdicts) == 1.0 and all("log-prob" in (v.mismatch or "") for v in verdicts)
+
+
+def test_a_wrong_key_is_a_mismatch_not_a_crash(honest: LMPolicy) -> None:
+    """The same honest body checked under another round's numbers fails (the seed matters)."""
+    bodies = copy.deepcopy(honest.rollouts(inputs(4)))
+    assert caught(check(honest, bodies, replace(SEED, round=6))) == 1.0
