@@ -7,6 +7,7 @@ not exist, so the whole install plan is printed and nothing runs.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,7 +20,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 def _plan(target: str, venv: Path) -> list[str]:
     """The commands ``make <target>`` would run from scratch, comments left out."""
-    done = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    # Run as a top-level make even under ``make test``: a nested make inherits MAKELEVEL/MAKEFLAGS and
+    # prints "Entering directory" lines first.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
+    cmd = ["make", "--no-print-directory", "-n", target, f"VENV={venv}"]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True)
     return [line for line in done.stdout.splitlines() if not line.lstrip().startswith("#")]
 
 

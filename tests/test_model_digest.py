@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")
+import peft  # noqa: F401 - LMPolicy builds its LoRA adapters with it; model_digest reads and writes them with it
 import torch
 
 from genrl_swarm.core import ActSeed, Task

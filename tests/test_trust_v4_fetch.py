@@ -79,12 +79,15 @@ def test_a_peer_hidden_from_by_one_liar_keeps_the_honest_later_stage_bodies() ->
     expected = ROUNDS * (STAGES - 1) * len(honest) * len(msm().round_tasks(0))
     kept = later_bodies(log["V"], set(honest))
     assert kept >= 0.9 * expected, (kept, expected)  # before: 0 (every one dropped as a difference of view)
-    assert all(r.metrics["views/dropped_s1"] == r.metrics["views/dropped_s2"] == 0 for r in out["V"])
+    assert not [d for s in log["V"] for d in s.drops if d.kind is DropKind.VIEW and d.peer_id in honest]
     assert sum(r.metrics["views/fetched_s1"] for r in out["V"]) >= 1  # L's payload, in the rounds it was on time elsewhere
     assert not any(state.select(stage=0, peer="L") for state in log["V"])  # context only: never scored or trained on
     for peer, states in log.items():  # nobody holds anything against anyone; L is only late at V
         assert not counted([d for s in states for d in s.drops]), peer
-    assert {(d.peer_id, d.kind) for s in log["V"] for d in s.drops} == {("L", DropKind.LATE)}
+    # L is only late at V. On a loaded CPU it can also miss V's deadline at a later stage, and then
+    # its own bodies built on that stage differ in V's view (uncounted, as asserted above).
+    assert ("L", DropKind.LATE) in {(d.peer_id, d.kind) for s in log["V"] for d in s.drops}
+    assert {(d.peer_id, d.kind) for s in log["V"] for d in s.drops} <= {("L", DropKind.LATE), ("L", DropKind.VIEW)}
 
 
 class Wordy(Scripted):

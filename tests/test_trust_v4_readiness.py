@@ -25,7 +25,10 @@ from helpers.cli_peer import QUIET, SwarmPeer, wait_until
 
 pytestmark = pytest.mark.slow  # p2pd daemons, peer processes
 
-LOAD = 6.0  # seconds a peer's model takes to load: longer than the 5 s a round survivors may lose
+# Seconds a peer's model takes to load: well over the 7 s a survivor may lose to it (the short wait,
+# 2 s, plus a round on a saturated machine: 5.3 s seen in CI), so waiting out the load still fails.
+LOAD = 12.0
+LOST = 7.0
 
 
 def args(run: Path, *more: str) -> list[str]:
@@ -91,9 +94,9 @@ def test_loading_and_rejoining_peers_cost_survivors_a_short_wait_not_their_start
     assert all(h.poll() is None for h in cpu_hog)  # both cores busy with another process throughout
     times = round_times(run, a_id)  # every gap has ended: a stall still under way when b played is counted whole
     loading, dead, rejoin = worst_gap(times, joined, first), worst_gap(times, killed, killed + 5), worst_gap(times, rejoined, back + 2.0)
-    # Before: a waited for b's commitment while b loaded (the whole load, 6+ s) at the join and again
+    # Before: a waited for b's commitment while b loaded (the whole load, LOAD+ s) at the join and again
     # at the rejoin. Now b gets the short wait (a tenth of the 20 s timeout) until it has started.
-    assert loading < 5.0 and rejoin < 5.0, (loading, rejoin)
+    assert loading < LOST and rejoin < LOST, (loading, rejoin)
     assert dead < 6.0, dead  # a kill costs the liveness timeout (3 s), as before
     print(f"a's worst stall: b loading {loading:.2f} s, b killed {dead:.2f} s, b rejoining {rejoin:.2f} s")
 
