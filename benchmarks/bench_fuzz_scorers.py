@@ -106,7 +106,9 @@ def escape_corpus(secret: Path, cwd_secret: Path) -> dict[str, str]:
     corpus = {name: f"({BYPASS}, oracle_answer.split() if ({cond}) else [])[1]" for name, cond in got.items()}
     forged = "(lambda b: len(b).to_bytes(4, 'big') + b)(__import__('msgspec').msgpack.encode({'value': 1.0, 'nonce': 1}))"
     corpus["forge a reply of 1.0 for another job"] = f"({BYPASS}, [__import__('os').write(s.fileno(), {forged}) for s in {_SOCKETS}], [])[2]"
-    corpus["half a reply, then sleep"] = f"({BYPASS}, [__import__('os').write(s.fileno(), b'\\x00\\x00\\x00\\x40ab') for s in {_SOCKETS}], __import__('time').sleep(30))[2]"
+    corpus["half a reply, then sleep"] = (
+        f"({BYPASS}, [__import__('os').write(s.fileno(), b'\\x00\\x00\\x00\\x40ab') for s in {_SOCKETS}], __import__('time').sleep(30))[2]"
+    )
     return corpus
 
 

@@ -58,7 +58,9 @@ def test_token_logps_equal_a_plain_forward(policy: LMPolicy, bodies: list[TokenR
     # Completions cut to different lengths (a prefix of a sampled completion is one too): the tiny
     # model rarely samples EOS, so the sampled ones alone may all run to max_new_tokens.
     drawn = [(b.prompt_ids, s) for b in bodies for s in b.samples]
-    samples = [Sample(p, s.completion_ids[: len(s.completion_ids) - i % 4], s.logprobs[: len(s.logprobs) - i % 4], 0.0) for i, (p, s) in enumerate(drawn)]
+    samples = [
+        Sample(p, s.completion_ids[: len(s.completion_ids) - i % 4], s.logprobs[: len(s.logprobs) - i % 4], 0.0) for i, (p, s) in enumerate(drawn)
+    ]
     assert len({len(s.completion_ids) for s in samples}) > 1 and len({len(s.prompt_ids) for s in samples}) > 1
     saved = policy.sampling
     policy.sampling = replace(saved, temperature=temperature)
