@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import load
+from helpers import load, peak
 
 # Tiny random models are built once per machine into this cache (never the user's home cache).
 os.environ.setdefault("GENRL_SWARM_CACHE", str(Path(__file__).parents[1] / ".pytest_cache" / "genrl_swarm"))
@@ -59,3 +59,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.environ.get("GENRL_SWARM_NO_SKIPS") == "1" and _SKIPPED:
         print(f"\nGENRL_SWARM_NO_SKIPS=1 and {len(_SKIPPED)} test(s) skipped:", *_SKIPPED, sep="\n  ")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- Memory -------------------------------------------------------------------------------------
+# The session's peak RSS and the tests that raised it, printed at the end (tests/helpers/peak.py).
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    peak.after_test(nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    peak.report(terminalreporter)
