@@ -5,7 +5,9 @@ The two arms run the same code but for where ``u`` comes from, so the difference
 cost: deriving each row's key per call (one BLAKE2b-256 a row) and one keyed BLAKE2b-64 per live
 row per token. EOS is switched off so both arms generate exactly ``rows x new tokens`` tokens (a
 seeded and an unseeded draw end rows at different steps). Arms alternate call by call; the
-median time and the median of the paired ratios are reported, with the load average.
+median wall and CPU (this process's) time and the median of the paired ratios are reported, with
+the load average: on a machine shared with other busy processes the CPU time is the steadier
+measure. Last, the uniforms alone: one step's numbers for every row, each way.
 
     OMP_NUM_THREADS=2 python benchmarks/bench_seeded.py --model HuggingFaceTB/SmolLM2-135M-Instruct --new-tokens 16,64
 """
@@ -16,6 +18,7 @@ import argparse
 import os
 import statistics
 import time
+import timeit
 
 import torch
 from common import machine, table
@@ -53,24 +56,36 @@ def main() -> None:
     for new in (int(n) for n in a.new_tokens.split(",")):
         policy.sampling.max_new_tokens = new
         times: dict[str, list[float]] = {"torch.rand": [], "seeded": []}
+        cpu: dict[str, list[float]] = {"torch.rand": [], "seeded": []}
         for r in range(a.repeats + 1):  # the first pass warms both arms up (packing, heap) and is dropped
             for name in times if r % 2 else reversed(times):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 if name == "seeded":
                     keys = Uniforms.of(ActSeed(b"bench", r, "peer"), [i.digest for i in inputs], a.generations)
                     out = policy.generate(prompts, a.generations, uniforms=keys)
                 else:
                     out = policy.generate(prompts, a.generations, uniforms=rand)  # type: ignore[arg-type]
-                elapsed = time.perf_counter() - start
+                elapsed, elapsed_cpu = time.perf_counter() - start, time.process_time() - start_cpu
                 assert int(out.lengths.sum()) == len(prompts) * a.generations * new
                 if r:
                     times[name].append(elapsed)
-        ratios = [s / t for s, t in zip(times["seeded"], times["torch.rand"], strict=True)]
-        old, seeded = statistics.median(times["torch.rand"]), statistics.median(times["seeded"])
-        rows.append([new, len(prompts) * a.generations, old * 1e3, seeded * 1e3, f"{statistics.median(ratios):.3f}",
-                     f"{min(ratios):.3f}-{max(ratios):.3f}"])  # fmt: skip
-    print(f"load after {os.getloadavg()[0]:.2f}; {a.repeats} alternating calls per arm")
-    print(table(["new tokens", "rows", "torch.rand ms", "seeded ms", "seeded / torch.rand (median of pairs)", "range"], rows))
+                    cpu[name].append(elapsed_cpu)
+        for what, measured in (("wall", times), ("cpu", cpu)):
+            ratios = [s / t for s, t in zip(measured["seeded"], measured["torch.rand"], strict=True)]
+            old, seeded = statistics.median(measured["torch.rand"]), statistics.median(measured["seeded"])
+            rows.append([new, what, old * 1e3, seeded * 1e3, f"{statistics.median(ratios):.3f}", f"{min(ratios):.3f}-{max(ratios):.3f}"])
+    print(f"load after {os.getloadavg()[0]:.2f}; {a.repeats} alternating calls per arm, {len(prompts) * a.generations} rows")
+    print(table(["new tokens", "time", "torch.rand ms", "seeded ms", "seeded / torch.rand (median of pairs)", "range"], rows))
+    live = torch.arange(len(prompts) * a.generations)
+    keys = Uniforms.of(ActSeed(b"bench", 0, "peer"), [i.digest for i in inputs], a.generations)
+    per_step = {"torch.rand": lambda: rand.at(live, 0), "seeded": lambda: keys.at(live, 0)}
+    cost = {k: min(timeit.repeat(f, number=200, repeat=5)) / 200 * 1e6 for k, f in per_step.items()}
+    derive = (
+        min(timeit.repeat(lambda: Uniforms.of(ActSeed(b"bench", 0, "peer"), [i.digest for i in inputs], a.generations), number=50, repeat=5)) / 50
+    )
+    print(
+        f"one step's uniforms for {len(live)} rows: torch.rand {cost['torch.rand']:.1f} us, seeded {cost['seeded']:.1f} us; the call's keys {derive * 1e6:.0f} us"
+    )
 
 
 if __name__ == "__main__":
