@@ -94,7 +94,7 @@ demo-agent-grpo: $(STAMP)
 	exec env AGENT_EVAL_N=$(AGENT_EVAL_N) PYTHON=$(BIN)/python scripts/demo_agent_grpo.sh runs/demo-agent-grpo $(AGENT_GRPO_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # The inner loop: every test but the slow ones (real daemons, chains, clusters, browsers, LM training), under 2 minutes.
 test-fast: $(STAMP)
