@@ -2,25 +2,59 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
 import os
 import platform
+import resource
 import statistics
+import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 warnings.filterwarnings("ignore")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+#: Set once ``machine`` has registered the exit report (a benchmark may call it more than once).
+_PEAK_AT_EXIT: list[object] = []
+
+
 def machine() -> str:
+    """The machine line every table starts with. Calling it also arranges for the benchmark to print
+    its peak memory when it exits (``peak_memory``), so every benchmark reports one without its
+    own code."""
     import torch
 
+    if not _PEAK_AT_EXIT:
+        _PEAK_AT_EXIT.append(atexit.register(lambda: print(peak_memory(), flush=True)))
     return (
         f"{datetime.date.today()} | {platform.machine()} {os.cpu_count()} cores | Python {platform.python_version()} "
         f"| torch {torch.__version__} | threads {torch.get_num_threads()}"
     )
+
+
+def peak_memory() -> str:
+    """Peak resident memory of this benchmark, in MiB: this process's (``VmHWM`` of
+    ``/proc/self/status``; ``ru_maxrss`` where there is no /proc) and the largest child process's
+    that has ended and been waited for (``getrusage(RUSAGE_CHILDREN).ru_maxrss``: the largest
+    single process among them and their own waited-for children, not a sum).
+
+    Why: docs/benchmarks.md gives each benchmark's memory beside its time, and an operator needs
+    it before the OOM killer does (a SmolLM2 learner with AdamW holds several GB). Which number
+    matters depends on where the work runs: arms in this process (most benchmarks) -> "this
+    process"; arms in child processes that are waited for (subprocess.run) -> "largest child".
+    Processes started by others and not reaped by this one (Ray's workers, children of its
+    raylet) may appear in neither; measure those from outside (e.g. a sampler of the tree)."""
+    unit = 1024 * 1024 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / unit
+    with contextlib.suppress(OSError, StopIteration):
+        own = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:")) / 1024
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / unit
+    return f"peak RSS: this process {own:,.0f} MiB; largest waited-for child process " + (f"{child:,.0f} MiB" if child else "none")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
