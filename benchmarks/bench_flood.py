@@ -7,8 +7,9 @@ round it starts flooding in (honest before). Every plan is played by a real peer
 in-memory swarm running the real loop; only its policy is hostile; each arm plays the same
 rounds, "without" is the three honest peers alone.
 
-The search screens random plans on a few seed sets, climbs from the worst ones by mutation,
-then measures the worst candidates on every seed set. Reported: how many plans it tried, and
+The search (flood_search.py, shared with bench_flood_grpo.py) screens random plans on a few
+seed sets, climbs from the worst ones by mutation, then measures the worst candidates on every
+seed set. Reported: how many plans it tried, and
 for the worst found the honest peers' final greedy eval (mean payoff of the greedy arm over
 every context, 1.0 = always the best arm) with and without it, and the relative drop, mean and
 spread over the seed sets.
@@ -26,6 +27,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+import flood_search  # noqa: E402
+from flood_search import Result, Space, report  # noqa: E402
+
 from genrl_swarm.comm.memory import InMemoryBackend  # noqa: E402
 from genrl_swarm.coord.local import LocalCoordinator  # noqa: E402
 from genrl_swarm.run.launcher import run_managers  # noqa: E402
@@ -67,30 +71,12 @@ def shape(plan: FloodPlan) -> tuple[object, ...]:
     return tuple(sorted(rank for rank, _ in plan.pulls)), plan.honest_until
 
 
-def search(seeds: int, screen: int, climb: int, rng: random.Random) -> tuple[int, list[tuple[FloodPlan, list[float]]], list[float]]:
-    """(plans tried, the three worst found with the honest eval on every seed set, the honest
-    eval on every seed set without a flooder)."""
-    base = [mean_eval(s, None) for s in range(seeds)]
-    screen_seeds = range(min(4, seeds))
-    scored: list[tuple[float, FloodPlan]] = []
+SPACE = Space(KNOWN, lambda rng: random_plan(rng, NUM_ARMS, NUM_GENERATIONS, ROUNDS), lambda plan, rng: mutate(plan, rng, NUM_ARMS, ROUNDS), shape)
 
-    def score(plan: FloodPlan) -> None:
-        drop = statistics.mean(1 - mean_eval(s, plan) / base[s] for s in screen_seeds)
-        scored.append((drop, plan))
 
-    for plan in KNOWN:
-        score(plan)
-    for _ in range(screen):
-        score(random_plan(rng, NUM_ARMS, NUM_GENERATIONS, ROUNDS))
-    for _ in range(climb):  # from one of the three worst so far
-        parent = rng.choice(sorted(scored, key=lambda x: -x[0])[:3])[1]
-        score(mutate(parent, rng, NUM_ARMS, ROUNDS))
-    finalists: list[FloodPlan] = []  # the three worst of distinct shapes (which ranks, when)
-    for _, plan in sorted(scored, key=lambda x: -x[0]):
-        if len(finalists) < 3 and all(shape(plan) != shape(f) for f in finalists):
-            finalists.append(plan)
-    full = [(plan, [mean_eval(s, plan) for s in range(seeds)]) for plan in finalists]
-    return len(scored), sorted(full, key=lambda x: statistics.mean(x[1])), base
+def search(seeds: int, screen: int, climb: int, rng: random.Random) -> Result[FloodPlan]:
+    """The worst plans found (flood_search), with the honest eval on every seed set."""
+    return flood_search.search(SPACE, mean_eval, seeds, screen, climb, rng)
 
 
 def main() -> None:
@@ -101,16 +87,9 @@ def main() -> None:
     p.add_argument("--search-seed", type=int, default=0)
     args = p.parse_args()
     start = time.monotonic()
-    tried, worst, base = search(args.seeds, args.screen, args.climb, random.Random(args.search_seed))
-    print(f"plans tried: {tried} ({time.monotonic() - start:.0f} s); seed sets: {args.seeds}")
-    print(f"without a flooder: honest final eval {statistics.mean(base):.3f} ± {statistics.stdev(base):.3f}")
-    for rank, (plan, evals) in enumerate(worst):
-        per_seed = [1 - e / b for e, b in zip(evals, base)]
-        label = "worst found" if rank == 0 else "runner-up  "
-        print(f"{label} {plan.describe()}: honest final eval {statistics.mean(evals):.3f} ± {statistics.stdev(evals):.3f}, "
-              f"relative drop {statistics.mean(per_seed):+.1%} ± {statistics.stdev(per_seed):.1%} (per seed set: "
-              f"{', '.join(f'{d:+.1%}' for d in per_seed)})")  # fmt: skip
-    print(f"goal: the worst found at most 10% (mean over {args.seeds} seed sets)")
+    result = search(args.seeds, args.screen, args.climb, random.Random(args.search_seed))
+    print(f"plans tried: {result.tried} ({time.monotonic() - start:.0f} s); seed sets: {args.seeds}")
+    print("\n".join(report(result, FloodPlan.describe, args.seeds)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""How far can one flooding peer of four steer honest GRPO learners on the tiny model? (issue 42)
+
+The GRPO half of the flood search (bench_flood.py is the bandit's; both use flood_search.py): a
+search over flood plans (tests/helpers/grpo_flood.py), i.e. which completions a flooder sends for
+each task (by the role of their first token: target, decoy, a zero-reward digit, a rare token;
+the role of the rest; length 1 to max_new_tokens; duplicates), the log-prob it claims for every
+token, the share of the round's tasks it floods and the round it starts in. Every plan is played
+by a real peer in the in-memory swarm running the real loop (GameManager, GRPOLearner, rewards
+recomputed by each receiver); only its policy is hostile.
+
+The game (tests/helpers/grpo_swarm.py) is one the flood could move: the first token scores 1 for
+the seed set's target digit, 0.5 for its decoy, else 0; the tiny model starts near 0.1 and the
+three honest peers alone reach 0.6-0.9 in 8 rounds. The eval is exact (the expected first-token
+reward on 32 held-out prompts). Two arms, each searched on its own:
+
+- ``now``: the learner as it is (swarm claims unread, swarm groups against the own group);
+- ``control``: every peer learns by the rules before issue 42.3 (claims read with the own
+  tokens' cap, each group normalised by itself): shows what the search finds where claims and
+  composition do steer, so a small number for ``now`` is not a blind search.
+
+Then each arm's worst plan is played against the other arm's learner on every seed set.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_flood_grpo.py [--seeds 8] [--screen 24] [--climb 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+from common import machine  # noqa: E402
+from flood_search import Result, Space, report, search  # noqa: E402
+
+from helpers import grpo_swarm  # noqa: E402
+from helpers.grpo_flood import Completion, GRPOFloodPlan, GRPOFloodPolicy, mutate, random_plan, shape  # noqa: E402
+from helpers.grpo_swarm import MAX_NEW_TOKENS as LONG  # noqa: E402
+
+
+def _many(n: int, first: str, filler: str, length: int, claim: float) -> tuple[Completion, ...]:
+    return (Completion(first, filler, length, claim),) * n  # type: ignore[arg-type]
+
+
+#: Plans every search starts from: the issue's attacks in GRPO terms (a good-but-not-best
+#: completion among deliberately bad ones, claims that raise or lower its weight, repeats,
+#: extreme lengths, a partial share of tasks).
+KNOWN = (
+    GRPOFloodPlan(_many(1, "decoy", "decoy", LONG, -30.0) + _many(3, "zero", "zero", LONG, -30.0)),
+    GRPOFloodPlan(_many(1, "decoy", "decoy", LONG, -30.0) + _many(3, "rare", "rare", LONG, 0.0)),
+    GRPOFloodPlan(_many(2, "decoy", "decoy", LONG, math.log(1 / 8)) + _many(2, "zero", "zero", LONG, math.log(1 / 8))),
+    GRPOFloodPlan(_many(1, "decoy", "decoy", LONG, 0.0) + _many(1, "zero", "zero", 1, 0.0)),
+    GRPOFloodPlan(_many(1, "target", "target", 1, 0.0) + _many(3, "decoy", "decoy", LONG, -30.0)),
+    GRPOFloodPlan(_many(1, "decoy", "rare", LONG, -30.0) + _many(1, "zero", "zero", LONG, -30.0), share=0.5),
+)
+SPACE = Space(KNOWN, random_plan, mutate, shape)
+
+
+def honest_eval(seed: int, plan: GRPOFloodPlan | None, control: bool) -> float:
+    """The three honest peers' mean final eval with a flooder playing ``plan`` (None: alone)."""
+    if plan is None:
+        return grpo_swarm.alone(seed, control)
+    flooder = grpo_swarm.policy(seed, 3, GRPOFloodPolicy, roles=grpo_swarm.tokens(seed), plan=plan)
+    return grpo_swarm.honest_eval(seed, flooder, control)
+
+
+def arm(control: bool) -> Callable[[int, GRPOFloodPlan | None], float]:
+    """``honest_eval`` for one arm, each (seed set, plan) played once, progress every 50 games."""
+    games, start = [0], time.monotonic()
+
+    @cache
+    def play(seed: int, plan: GRPOFloodPlan | None) -> float:
+        games[0] += 1
+        if games[0] % 50 == 0:
+            print(f"  {games[0]} games, {time.monotonic() - start:.0f} s, load average {os.getloadavg()[0]:.1f}", flush=True)
+        return honest_eval(seed, plan, control)
+
+    return play
+
+
+def cross(result: Result[GRPOFloodPlan], control: bool, seeds: int) -> str:
+    """The worst plan of ``result`` played against the other arm's learner on every seed set."""
+    plan = result.worst[0].plan
+    drops = [1 - honest_eval(s, plan, control) / grpo_swarm.alone(s, control) for s in range(seeds)]
+    return f"{statistics.mean(drops):+.1%} ± {statistics.stdev(drops):.1%} (per seed set: {', '.join(f'{d:+.1%}' for d in drops)})"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seeds", type=int, default=8, help="seed sets for the baseline and the finalists")
+    p.add_argument("--screen", type=int, default=24, help="random plans screened")
+    p.add_argument("--climb", type=int, default=16, help="mutations of the worst plans so far")
+    p.add_argument("--screen-seeds", type=int, default=2, help="seed sets a plan is screened on")
+    p.add_argument("--control-screen", type=int, default=8, help="the control's random plans (it needs few to show)")
+    p.add_argument("--control-climb", type=int, default=8)
+    p.add_argument("--search-seed", type=int, default=0)
+    p.add_argument("--arms", nargs="+", choices=["now", "control"], default=["now", "control"])
+    args = p.parse_args()
+    print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.1f}")
+    print(f"untrained eval: {statistics.mean(grpo_swarm.untrained(s) for s in range(args.seeds)):.3f}")
+    results: dict[str, Result[GRPOFloodPlan]] = {}
+    for name in args.arms:
+        start, control = time.monotonic(), name == "control"
+        screen, climb = (args.control_screen, args.control_climb) if control else (args.screen, args.climb)
+        play = arm(control)
+        results[name] = search(SPACE, play, args.seeds, screen, climb, random.Random(args.search_seed), args.screen_seeds)
+        print(f"\n[{name}] plans tried: {results[name].tried} ({time.monotonic() - start:.0f} s); seed sets: {args.seeds}; "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+        print("\n".join(report(results[name], GRPOFloodPlan.describe, args.seeds)), flush=True)
+    if len(results) == 2:
+        print(f"\ncontrol's worst plan against now: {cross(results['control'], False, args.seeds)}")
+        print(f"now's worst plan against the control: {cross(results['now'], True, args.seeds)}")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {rss:.0f} MB; load average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
