@@ -322,7 +322,12 @@ def main() -> None:
                 print(f"{side}, run {rep + 1}: failed: {e}", flush=True)
                 continue
             runs[side].append(s)
+            if a.json:  # after every run: a cut-short series keeps its finished runs
+                Path(a.json).write_text(
+                    json.dumps({"machine": machine(), "start": start, "load_start": load0, "args": vars(a), "runs": runs}, indent=1)
+                )
             print(f"{side}, run {rep + 1}: {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f}, "
+                  f"{s['completions_s']:.2f} completions/s, {s['completions_cpu_s']:.2f} per CPU s, held-out after {s['after'][0]:.3f}, "
                   f"{s['rounds_done']}/{a.rounds} rounds, training errors {s['errors']}"
                   + (f", transplanted trees per peer-round {s['transplanted']}" if side == "genrl" and a.peers > 1 else ""), flush=True)  # fmt: skip
             if s["error_text"]:
