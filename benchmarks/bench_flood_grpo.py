@@ -16,7 +16,9 @@ reward on 32 held-out prompts). Two arms, each searched on its own:
 - ``now``: the learner as it is (swarm claims unread, swarm groups against the own group);
 - ``control``: every peer learns by the rules before issue 42.3 (claims read with the own
   tokens' cap, each group normalised by itself): shows what the search finds where claims and
-  composition do steer, so a small number for ``now`` is not a blind search.
+  composition do steer, so a small number for ``now`` is not a blind search;
+- ``own-probability``: a candidate fix not in the library (``OwnProbabilityLearner``: a swarm
+  token weighs min(1, n * its own probability), the bandit's rule), searched like ``now``.
 
 Then each arm's worst plan is played against the other arm's learner on every seed set.
 
@@ -44,6 +46,7 @@ from flood_search import Result, Space, report, search  # noqa: E402
 from helpers import grpo_swarm  # noqa: E402
 from helpers.grpo_flood import Completion, GRPOFloodPlan, GRPOFloodPolicy, mutate, random_plan, shape  # noqa: E402
 from helpers.grpo_swarm import MAX_NEW_TOKENS as LONG  # noqa: E402
+from helpers.grpo_swarm import Rules  # noqa: E402
 
 
 def _many(n: int, first: str, filler: str, length: int, claim: float) -> tuple[Completion, ...]:
@@ -64,15 +67,15 @@ KNOWN = (
 SPACE = Space(KNOWN, random_plan, mutate, shape)
 
 
-def honest_eval(seed: int, plan: GRPOFloodPlan | None, control: bool) -> float:
+def honest_eval(seed: int, plan: GRPOFloodPlan | None, rules: Rules) -> float:
     """The three honest peers' mean final eval with a flooder playing ``plan`` (None: alone)."""
     if plan is None:
-        return grpo_swarm.alone(seed, control)
+        return grpo_swarm.alone(seed, rules)
     flooder = grpo_swarm.policy(seed, 3, GRPOFloodPolicy, roles=grpo_swarm.tokens(seed), plan=plan)
-    return grpo_swarm.honest_eval(seed, flooder, control)
+    return grpo_swarm.honest_eval(seed, flooder, rules)
 
 
-def arm(control: bool) -> Callable[[int, GRPOFloodPlan | None], float]:
+def arm(rules: Rules) -> Callable[[int, GRPOFloodPlan | None], float]:
     """``honest_eval`` for one arm, each (seed set, plan) played once, progress every 50 games."""
     games, start = [0], time.monotonic()
 
@@ -81,15 +84,15 @@ def arm(control: bool) -> Callable[[int, GRPOFloodPlan | None], float]:
         games[0] += 1
         if games[0] % 50 == 0:
             print(f"  {games[0]} games, {time.monotonic() - start:.0f} s, load average {os.getloadavg()[0]:.1f}", flush=True)
-        return honest_eval(seed, plan, control)
+        return honest_eval(seed, plan, rules)
 
     return play
 
 
-def cross(result: Result[GRPOFloodPlan], control: bool, seeds: int) -> str:
+def cross(result: Result[GRPOFloodPlan], rules: Rules, seeds: int) -> str:
     """The worst plan of ``result`` played against the other arm's learner on every seed set."""
     plan = result.worst[0].plan
-    drops = [1 - honest_eval(s, plan, control) / grpo_swarm.alone(s, control) for s in range(seeds)]
+    drops = [1 - honest_eval(s, plan, rules) / grpo_swarm.alone(s, rules) for s in range(seeds)]
     return f"{statistics.mean(drops):+.1%} ± {statistics.stdev(drops):.1%} (per seed set: {', '.join(f'{d:+.1%}' for d in drops)})"
 
 
@@ -102,22 +105,22 @@ def main() -> None:
     p.add_argument("--control-screen", type=int, default=8, help="the control's random plans (it needs few to show)")
     p.add_argument("--control-climb", type=int, default=8)
     p.add_argument("--search-seed", type=int, default=0)
-    p.add_argument("--arms", nargs="+", choices=["now", "control"], default=["now", "control"])
+    p.add_argument("--arms", nargs="+", choices=["now", "control", "own-probability"], default=["now", "control"])
     args = p.parse_args()
     print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.1f}")
     print(f"untrained eval: {statistics.mean(grpo_swarm.untrained(s) for s in range(args.seeds)):.3f}")
-    results: dict[str, Result[GRPOFloodPlan]] = {}
-    for name in args.arms:
-        start, control = time.monotonic(), name == "control"
-        screen, climb = (args.control_screen, args.control_climb) if control else (args.screen, args.climb)
-        play = arm(control)
+    results: dict[Rules, Result[GRPOFloodPlan]] = {}
+    for name in args.arms:  # type: Rules
+        start = time.monotonic()
+        screen, climb = (args.control_screen, args.control_climb) if name == "control" else (args.screen, args.climb)
+        play = arm(name)
         results[name] = search(SPACE, play, args.seeds, screen, climb, random.Random(args.search_seed), args.screen_seeds)
         print(f"\n[{name}] plans tried: {results[name].tried} ({time.monotonic() - start:.0f} s); seed sets: {args.seeds}; "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
         print("\n".join(report(results[name], GRPOFloodPlan.describe, args.seeds)), flush=True)
-    if len(results) == 2:
-        print(f"\ncontrol's worst plan against now: {cross(results['control'], False, args.seeds)}")
-        print(f"now's worst plan against the control: {cross(results['now'], True, args.seeds)}")
+    for name, result in results.items():  # each arm's worst plan against every other arm
+        for other in sorted(results.keys() - {name}):
+            print(f"{name}'s worst plan against {other}: {cross(result, other, args.seeds)}")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {rss:.0f} MB; load average at the end {os.getloadavg()[0]:.1f}")
 

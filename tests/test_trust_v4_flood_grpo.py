@@ -34,13 +34,13 @@ def decoy_among_zeros(claim: float) -> GRPOFloodPlan:
 
 
 def test_no_claimed_log_prob_changes_an_honest_grpo_learner() -> None:
-    now = [honest_eval(0, decoy_among_zeros(claim), control=False) for claim in (-30.0, 0.0)]
+    now = [honest_eval(0, decoy_among_zeros(claim), rules="now") for claim in (-30.0, 0.0)]
     assert now[0] == now[1], now
-    control = [honest_eval(0, decoy_among_zeros(claim), control=True) for claim in (-30.0, 0.0)]
+    control = [honest_eval(0, decoy_among_zeros(claim), rules="control") for claim in (-30.0, 0.0)]
     assert control[0] != control[1], control  # the control reads them: the check above could fail
 
 
 @pytest.mark.xfail(strict=True, reason="selective reporting: each swarm completion counts as an own sample (docs/trust.md)")
 def test_the_decoy_flood_costs_at_most_a_tenth_of_honest_eval() -> None:
-    drop = 1 - honest_eval(0, decoy_among_zeros(-30.0), control=False) / grpo_swarm.alone(0)
+    drop = 1 - honest_eval(0, decoy_among_zeros(-30.0), rules="now") / grpo_swarm.alone(0)
     assert drop <= 0.10, drop  # measured 59.6% on this seed set

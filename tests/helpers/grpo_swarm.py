@@ -9,19 +9,22 @@ sampling temperature over held-out prompts, one forward each (no sampling noise 
 
 The swarm is three honest peers and, optionally, a fourth (the flooder) on an in-memory board
 with a fixed epoch per seed set, so two runs of one seed set draw the same keys: arms differ only
-by what the fourth peer sends (common random numbers). ``ClaimsReadLearner`` is the control arm:
-the rules before issue 42.3, under which the same flood is known to steer.
+by what the fourth peer sends (common random numbers). Besides the learner as it is (``now``):
+``ClaimsReadLearner`` is the control arm (the rules before issue 42.3, under which claims and
+composition steer), ``OwnProbabilityLearner`` a candidate fix not in the library yet.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Literal
 
 import torch
 
@@ -106,18 +109,45 @@ class ClaimsReadLearner(GRPOLearner):
         return super().units([dataclasses.replace(s, swarm=False) for s in samples])
 
 
+class OwnProbabilityLearner(GRPOLearner):
+    """A candidate fix, the bandit's rule carried over (``games/bandit/gradient.py``): a swarm token
+    weighs min(1, n * p), with p this peer's own probability of it and n = ``num_generations`` (the
+    tokens it would draw that often among its own n samples weigh what an own one does; a token it
+    would rarely draw, what it would weigh in expectation). Claims stay unread: the weight is
+    handed to the loss as a behaviour log-prob max(log p, -log n), with the truncated weight
+    (``tis``, cap >= 1) of the rows this peer checks; one extra forward over the swarm's rows."""
+
+    def units(self, samples: Sequence[Sample]) -> list:  # type: ignore[type-arg]
+        theirs = [i for i, s in enumerate(samples) if s.swarm]
+        if not theirs:
+            return super().units(samples)
+        floor = -math.log(self.policy.sampling.num_generations)
+        batch = self.collate([samples[i] for i in theirs])
+        with torch.no_grad():
+            own = self.token_logps(self.model, batch).clamp(min=floor)
+        rows = list(samples)
+        for i, logp in zip(theirs, own):
+            n = len(rows[i].completion_ids)
+            rows[i] = dataclasses.replace(rows[i], logprobs=logp[logp.shape[0] - n :].tolist(), swarm=False)
+        return super().units(rows)
+
+
+Rules = Literal["now", "control", "own-probability"]
+LEARNERS: dict[str, type[GRPOLearner]] = {"now": GRPOLearner, "control": ClaimsReadLearner, "own-probability": OwnProbabilityLearner}
+
+
 def policy(seed: int, rank: int, cls: type[LMPolicy] = LMPolicy, **kwargs: object) -> LMPolicy:
     sampling = {"num_generations": NUM_GENERATIONS, "max_new_tokens": MAX_NEW_TOKENS}
     return cls("tiny-random", sampling, seed=1000 * seed + rank, **kwargs)  # type: ignore[arg-type]
 
 
-def run(seed: int, fourth: LMPolicy | None, control: bool = False) -> list[LMPolicy]:
+def run(seed: int, fourth: LMPolicy | None, rules: Rules = "now") -> list[LMPolicy]:
     """Play ``ROUNDS`` rounds: three honest peers and ``fourth`` (none: the three alone); the
-    honest peers' policies after training. ``control``: every peer learns by the old rules."""
+    honest peers' policies after training. Every peer learns by ``rules`` (``LEARNERS``)."""
     swarm = InMemorySwarm(epoch=Epoch(hashlib.sha256(b"flood:%d" % seed).digest()[:EPOCH_BYTES]))
     peers = 3 if fourth is None else 4
     coordinator, managers, honest = LocalCoordinator(settle_wait=0), [], []
-    learner_cls = ClaimsReadLearner if control else GRPOLearner
+    learner_cls = LEARNERS[rules]
     for rank in range(peers):
         pol = fourth if rank == 3 and fourth is not None else policy(seed, rank)
         if rank < 3:
@@ -145,14 +175,14 @@ def evaluate(pol: LMPolicy, seed: int) -> float:
     return total / len(held_out)
 
 
-def honest_eval(seed: int, fourth: LMPolicy | None, control: bool = False) -> float:
+def honest_eval(seed: int, fourth: LMPolicy | None, rules: Rules = "now") -> float:
     """The three honest peers' mean final eval."""
-    return statistics.mean(evaluate(p, seed) for p in run(seed, fourth, control))
+    return statistics.mean(evaluate(p, seed) for p in run(seed, fourth, rules))
 
 
 @cache
-def alone(seed: int, control: bool = False) -> float:
-    return honest_eval(seed, None, control)
+def alone(seed: int, rules: Rules = "now") -> float:
+    return honest_eval(seed, None, rules)
 
 
 @cache
