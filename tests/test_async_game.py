@@ -21,6 +21,8 @@ pytest.importorskip("torch")
 from genrl_swarm.config import load_recipe  # noqa: E402
 from genrl_swarm.core import GameManager, TokenRollout  # noqa: E402
 from genrl_swarm.paradigms.lm.async_grpo.acting import WorkerPolicy  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.cluster import connect  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.config import RayConfig  # noqa: E402
 from genrl_swarm.paradigms.lm.async_grpo.peer import AsyncGRPOLearner  # noqa: E402
 from genrl_swarm.run.launcher import build_managers, run_managers  # noqa: E402
 
@@ -31,7 +33,7 @@ ROUNDS = 3
 
 @pytest.fixture(scope="module")
 def managers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GameManager]]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    connect(RayConfig(num_cpus=2), log_to_driver=False)  # at the product's worker priority
     overrides = [
         f"run.dir={tmp_path_factory.mktemp('async_game') / 'run'}", "run.tensorboard=false", "run.console=false",
         "run.plot=false", "run.checkpoint_every=0", "trainer=async_grpo", "policy.model=tiny-random",

@@ -18,7 +18,8 @@ peft = pytest.importorskip("peft")  # LoRA adapters
 
 from genrl_swarm.core import RewardManager, Rollout, StageInput, Task  # noqa: E402
 from genrl_swarm.data.reasoning_gym import ReasoningGymData  # noqa: E402
-from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.cluster import connect  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig, RayConfig  # noqa: E402
 from genrl_swarm.paradigms.lm.async_grpo.peer import policy_kwargs  # noqa: E402
 from genrl_swarm.paradigms.lm.async_grpo.pipeline import AsyncPipeline  # noqa: E402
 from genrl_swarm.paradigms.lm.async_grpo.weight_sync import export_state, import_state  # noqa: E402
@@ -58,7 +59,7 @@ def test_a_lora_replica_is_rebuilt_from_policy_kwargs_and_only_adapters_travel()
 
 def test_the_pipeline_trains_lora_adapters_and_workers_load_exactly_them() -> None:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    connect(RayConfig(num_cpus=2), log_to_driver=False)  # at the product's worker priority
     try:
         data = ReasoningGymData(
             ["basic_arithmetic"], tasks_per_round=2, seed=1, dataset_config={"basic_arithmetic": {"max_terms": 2, "max_digits": 1}}

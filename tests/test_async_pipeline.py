@@ -20,7 +20,8 @@ import pytest
 ray = pytest.importorskip("ray")
 transformers = pytest.importorskip("transformers")  # the workers are LMPolicy replicas (bound: needed whether or not lm imports it at module level)
 
-from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.cluster import connect  # noqa: E402
+from genrl_swarm.paradigms.lm.async_grpo.config import PipelineConfig, RayConfig  # noqa: E402
 
 pytest.importorskip("torch")
 from genrl_swarm.core import GameState, RewardManager, Rollout, RoundRewards, ScoredRollout, StageInput, Task  # noqa: E402
@@ -46,7 +47,7 @@ class Digits(RewardManager):
 @pytest.fixture(scope="module")
 def pipe() -> Iterator[AsyncPipeline]:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    connect(RayConfig(num_cpus=2), log_to_driver=False)  # at the product's worker priority
     data = ReasoningGymData(["basic_arithmetic"], tasks_per_round=2, seed=1, dataset_config={"basic_arithmetic": {"max_terms": 2, "max_digits": 1}})
     cfg = PipelineConfig(num_workers=2, max_staleness=0, batch_groups=2, worker_cpus=0.5, learner_cpus=1.0, timeout=120.0)
     p = AsyncPipeline.start(cfg, POLICY, GRPO, data, Digits(), seed=SEED)

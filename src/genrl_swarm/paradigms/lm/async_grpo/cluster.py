@@ -19,14 +19,23 @@ from genrl_swarm.paradigms.lm.async_grpo.config import RayConfig
 PASSED_ENV = ("GENRL_SWARM_CACHE", "HF_HUB_OFFLINE", "HF_HOME", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")
 
 
-def connect(cfg: RayConfig) -> bool:
+#: What a Ray this process starts changes from Ray's defaults. Ray runs its workers at nice 15, below
+#: its own daemons; here the workers are the pipeline (sampling, training), so on a host whose cores
+#: are busy (a peer's own exchange and scoring, another job) any nice-0 process starved them and a
+#: round's calls timed out (seen at load 40: 120 s waiting for two actors to start). They run at the
+#: driver's priority instead. A cluster joined with ``ray.address`` keeps its own settings.
+LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0}
+
+
+def connect(cfg: RayConfig, log_to_driver: bool = True) -> bool:
     """Start or join Ray unless this process already did; True when this call started it."""
     if ray.is_initialized():
         return False
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    local = cfg.address is None
     ray.init(
-        address=cfg.address, num_cpus=cfg.num_cpus if cfg.address is None else None, namespace=cfg.namespace,
-        include_dashboard=False, runtime_env={"env_vars": env} if env else None, log_to_driver=True,
+        address=cfg.address, num_cpus=cfg.num_cpus if local else None, namespace=cfg.namespace, include_dashboard=False,
+        runtime_env={"env_vars": env} if env else None, log_to_driver=log_to_driver, _system_config=LOCAL_SYSTEM_CONFIG if local else None,
     )  # fmt: skip
     return True
 
