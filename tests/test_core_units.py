@@ -129,7 +129,7 @@ def test_drop_defaults_to_refused_and_only_provable_kinds_are_hard() -> None:
     from genrl_swarm.core.types import DropKind
 
     assert Drop("p", 0, None, "why").kind is DropKind.REFUSED and Drop("p", 0, None, "why", "late").kind is DropKind.LATE
-    assert {k for k in DropKind if k.hard} == {DropKind.PAYLOAD, DropKind.EQUIVOCATION, DropKind.BUDGET}
+    assert {k for k in DropKind if k.hard} == {DropKind.PAYLOAD, DropKind.EQUIVOCATION, DropKind.FORGED, DropKind.BUDGET}
     assert not DropKind.CPU.hard and not DropKind.CPU.counted  # load decides it: never held against the sender
     assert {k for k in DropKind if k.counted} == {DropKind.REFUSED, DropKind.SCORING}  # late, copy, view: never
 

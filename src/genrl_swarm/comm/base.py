@@ -53,14 +53,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, PayloadError, encode_signed, open_commitment
+from genrl_swarm.comm.codec import DEFAULT_MAX_BYTES, Codec, Commitment, ModelRecord, PayloadError, encode_signed, open_commitment
 from genrl_swarm.comm.commitments import KEEP_ROUNDS, CommitmentBook, Proof
 from genrl_swarm.comm.epoch import Epoch, save_epoch, saved_epoch
 from genrl_swarm.comm.held import HeldPayloads
 from genrl_swarm.comm.signed_log import SignedLog
-from genrl_swarm.core.bodies import Body, Envelope
+from genrl_swarm.core.bodies import MAX_FAULTS, Body, Envelope, FaultRecord
 from genrl_swarm.core.identity import Identity, public_key_of, verify_key
-from genrl_swarm.core.interfaces import Communication, ExchangeResult, Fetched, FetchedPayload
+from genrl_swarm.core.interfaces import Communication, ExchangeResult, Fault, Fetched, FetchedPayload, ModelClaim
 from genrl_swarm.core.trust import waited_for_again
 from genrl_swarm.core.types import Ref
 from genrl_swarm.protocol.exchange import Deadlines
@@ -75,6 +75,8 @@ __all__ = ["FRESH_SHARE", "KEEP_ROUNDS", "SIGNED_LOG", "ByteBackend", "HeldAsk",
 FRESH_SHARE = 0.1
 #: Where a peer directory keeps what this identity signed last, per epoch (``comm.signed_log``).
 SIGNED_LOG = "last_signed"
+#: The most bytes a committed model may be (``Communication.fetch_model``): an adapter, not a base.
+MAX_MODEL_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,10 @@ class ByteBackend(Communication):
         #: once; ids that are not members (a stream of fresh ones) share one budget a round.
         self._silent: dict[str, int] = {}
         self._strangers_silent = -1
+        #: The model this peer's next commitments name and its bytes (``commit_model``).
+        self._model: tuple[ModelRecord, bytes] | None = None
+        #: accused -> (round, the failed spot check this peer passes on), newest last (``accuse``).
+        self._faults: dict[str, tuple[int, FaultRecord]] = {}
 
     @classmethod
     def peers_in_process(cls, num_peers: int) -> int:
@@ -313,16 +319,21 @@ class ByteBackend(Communication):
         deadlines = Deadlines.of(time.monotonic(), timeout)  # the protocol core's phase deadlines
         self.quarantined, self.fresh_wait = frozenset(ignore), FRESH_SHARE * timeout
         self._forget(round)
-        payload = self.codec.encode(self.peer_id, round, stage, bodies, self.ledger.signed(round, basis), self.ledger.evidence())
+        passed = [fault for _, fault in list(self._faults.values())[-MAX_FAULTS:]]
+        payload = self.codec.encode(self.peer_id, round, stage, bodies, self.ledger.signed(round, basis), self.ledger.evidence(), passed)
         digest = hashlib.sha256(payload).digest()
-        mine = Commitment(self.swarm_id, self.epoch.value, round, stage, self.peer_id, digest, len(payload), self.account)
+        model = self._model[0] if self._model is not None else None
+        mine = Commitment(self.swarm_id, self.epoch.value, round, stage, self.peer_id, digest, len(payload), self.account, model)
         dropped: dict[str, str] = {}
         proven = set(self.proofs)
         commits = self._commitments(mine, deadlines.commit, dropped)
+        if self._model is not None:  # the committed model's bytes: what a spot check fetches, served from the commitment on
+            self.held.put(round, self._model[1])
         self.committed_sizes = {s: c.size for s, c in commits.items()}
         reveal = self._reveal(round, stage, payload, commits, deadlines.reveal)
         self.held.put(round, payload)  # revealed now: served by its digest from here on, never before
         received: dict[str, tuple[Body, ...]] = {}
+        faults: list[Fault] = []
         bases: dict[str, tuple[Ref, ...]] = {}
         costs: dict[str, float] = {}
         late: set[str] = {p for p, why in dropped.items() if why == NO_COMMITMENT}
@@ -334,6 +345,7 @@ class ByteBackend(Communication):
             try:
                 envelope = self._open(reveal.payloads.get(sender), commits[sender], body_type)
                 bases[sender] = self.ledger.references(envelope, self.verify)
+                faults += [_fault(sender, record, body) for record, body in self.ledger.faults(envelope, self.verify)]
                 received[sender] = tuple(envelope.bodies)
                 self.held.put(round, reveal.payloads[sender])
             except PayloadError as e:
@@ -361,7 +373,61 @@ class ByteBackend(Communication):
             equivocators=equivocators,
             costs={s: c for s, c in costs.items() if s in received},
             vouched=frozenset(s for s in received if self.vouches_for(s)),
+            models={s: _claim(c.model) for s, c in commits.items() if c.model is not None and s in received},
+            faults=tuple(f for f in faults if f.accuser in received),
         )
+
+    def commit_model(self, model: tuple[str, bytes] | None) -> None:
+        if model is None:
+            self._model = None
+            return
+        name, blob = model
+        if len(blob) > MAX_MODEL_BYTES:
+            raise ValueError(f"a committed model of {len(blob)} bytes is over {MAX_MODEL_BYTES}")
+        self._model = (ModelRecord(name, hashlib.sha256(blob).digest(), len(blob)), blob)
+
+    def fetch_model(self, round: int, sender: str, claim: ModelClaim, timeout: float) -> bytes | None:
+        """``Communication.fetch_model``: this peer's store, else the sender, then any member."""
+        digest = bytes.fromhex(claim.blob)
+        if claim.size > MAX_MODEL_BYTES:
+            return None
+        blob = self.held.get(digest)
+        if blob is None:
+            blob = self._fetch_bytes(round, {digest: HeldAsk(claim.size, (sender,))}, timeout).get(digest)
+        return blob if blob is not None and len(blob) == claim.size else None
+
+    def accuse(self, round: int, stage: int, sender: str, body: int, blob: bytes) -> None:
+        held = self.ledger.slots.get((round, stage, sender))
+        if held is None:  # out of the window: nothing signed to pass on
+            return
+        self._faults.pop(sender, None)
+        self._faults[sender] = (round, FaultRecord(held[1], body))
+        self.held.put(round, blob)  # a re-checker fetches the accused's model from here too
+
+    def faulted_work(self, fault: Fault, body_type: type[Body], timeout: float) -> tuple[Body, bytes] | str:
+        """``Communication.fetch``'s checks for a payload a fault names (its digest, size, the
+        codec's bounds, sender, round and stage, against the accused's signed commitment), and
+        the model's bytes by their committed sha256; the accuser is asked first, then the accused."""
+        record = Commitment(self.swarm_id, fault.epoch, fault.round, fault.stage, fault.accused, bytes.fromhex(fault.payload), fault.size)
+        model = bytes.fromhex(fault.claim.blob)
+        if fault.size > self.codec.max_bytes or fault.claim.size > MAX_MODEL_BYTES:
+            return "its payload or model is over the size limits"
+        local = {record.digest: self.held.get(record.digest), model: self.held.get(model)}
+        sizes = {record.digest: fault.size, model: fault.claim.size}
+        asks = {d: HeldAsk(sizes[d], (fault.accuser, fault.accused)) for d, blob in local.items() if blob is None}
+        got = self._fetch_bytes(fault.round, asks, timeout) if asks else {}
+        payload, blob = (local[d] if local[d] is not None else got.get(d) for d in (record.digest, model))
+        if payload is None or blob is None or len(blob) != fault.claim.size:
+            return f"{'its payload' if payload is None else 'its model'} could not be had within {timeout:.1f}s"
+        try:
+            envelope = self._open(payload, record, body_type)
+        except PayloadError as e:
+            return str(e)
+        if fault.body >= len(envelope.bodies):
+            return f"names body {fault.body} of a payload of {len(envelope.bodies)}"
+        self.held.put(fault.round, payload)
+        self.held.put(fault.round, blob)
+        return envelope.bodies[fault.body], blob
 
     def fetch(self, round: int, wanted: Mapping[Ref, str], body_type: type[Body], timeout: float) -> Fetched:
         """Each payload ``wanted`` names, once a validly signed commitment of this run names its
@@ -428,6 +494,7 @@ class ByteBackend(Communication):
 
     def _forget(self, round: int) -> None:
         self.ledger.forget(round)
+        self._faults = {p: f for p, f in self._faults.items() if f[0] >= round - KEEP_ROUNDS}
         for peer in [p for p, r in self._late.items() if round >= waited_for_again(r)]:
             del self._late[peer]
         self._silent = {p: r for p, r in self._silent.items() if r >= round}
@@ -475,6 +542,15 @@ class ByteBackend(Communication):
                 f"{commitment.sender} r{commitment.round}/s{commitment.stage}"
             )
         return envelope
+
+
+def _claim(model: ModelRecord) -> ModelClaim:
+    return ModelClaim(model.name, model.blob.hex(), model.size)
+
+
+def _fault(accuser: str, record: Commitment, body: int) -> Fault:
+    assert record.model is not None  # CommitmentBook.faults reads only commitments naming a model
+    return Fault(accuser, record.sender, record.round, record.stage, body, _claim(record.model), record.epoch, record.digest.hex(), record.size)
 
 
 NO_COMMITMENT = "late: no commitment before the deadline"  # a sentence for people; the kind is ExchangeResult.late

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from genrl_swarm.comm.epoch import EPOCH_BYTES
-from genrl_swarm.core.bodies import Body, Envelope
+from genrl_swarm.core.bodies import Body, Envelope, FaultRecord
 from genrl_swarm.core.decoders import envelope_decoder, msgpack_decoder
 from genrl_swarm.core.identity import SIGNATURE_BYTES
 from genrl_swarm.core.types import FORMAT_VERSION
@@ -40,10 +40,18 @@ class Codec:
         self._encoder = msgspec.msgpack.Encoder()
 
     def encode(
-        self, sender: str, round: int, stage: int, bodies: Sequence[Body], basis: Sequence[bytes] = (), evidence: Sequence[bytes] = ()
+        self,
+        sender: str,
+        round: int,
+        stage: int,
+        bodies: Sequence[Body],
+        basis: Sequence[bytes] = (),
+        evidence: Sequence[bytes] = (),
+        faults: Sequence[FaultRecord] = (),
     ) -> bytes:
         try:
-            data = self._encoder.encode(Envelope(FORMAT_VERSION, sender, round, stage, tuple(bodies), tuple(basis), tuple(evidence)))
+            envelope = Envelope(FORMAT_VERSION, sender, round, stage, tuple(bodies), tuple(basis), tuple(evidence), tuple(faults))
+            data = self._encoder.encode(envelope)
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as e:
             raise PayloadError(f"cannot encode bodies of {sender} r{round}/s{stage}: {e}") from e
         if len(data) > self.max_bytes:
@@ -68,6 +76,15 @@ class Codec:
         return envelope
 
 
+class ModelRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The model a commitment names (``core.ModelClaim``): the paradigm's name for it and the
+    sha256 and size of the bytes a checker fetches to rebuild it."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+    blob: Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
+    size: Annotated[int, msgspec.Meta(ge=0)]
+
+
 class Commitment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What a peer promises to reveal for (swarm, round, stage): the sha256 and size of its
     payload, published before anyone reveals. A copier cannot commit to a payload it has not
@@ -82,6 +99,9 @@ class Commitment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     digest: Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
     size: Annotated[int, msgspec.Meta(ge=0)]
     account: Annotated[str, msgspec.Meta(max_length=128)] = ""  # the sender's chain account, if any
+    #: The model the payload's bodies were drawn with (issue 45.3): signed before anyone reveals,
+    #: so a spot check holds the sender to it. None: nothing a receiver can redo.
+    model: ModelRecord | None = None
 
 
 class Signed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -151,6 +151,21 @@ class CommitmentBook:
                 self.remember(record, blob)
         return tuple(sorted(set(refs)))
 
+    def faults(self, envelope: Envelope[Any], verify: Verify) -> list[tuple[Commitment, int]]:
+        """The failed spot checks ``envelope`` passes on: each accused's commitment naming a model,
+        of this run and within the window (others are ignored), and the body it names. A forged
+        commitment is provable (PayloadError: the payload is dropped); a valid one is remembered
+        (one that differs from a commitment held is a proof of equivocation)."""
+        out = []
+        for fault in envelope.faults:
+            record, message, signature = _parse(fault.commitment)
+            if record.model is None or not self.names_this_run(record) or not envelope.round - KEEP_ROUNDS <= record.round <= envelope.round:
+                continue
+            self._check(record, fault.commitment, message, signature, verify)
+            self.remember(record, fault.commitment)
+            out.append((record, fault.body))
+        return out
+
     def _check(self, record: Commitment, blob: bytes, message: bytes, signature: bytes, verify: Verify) -> None:
         """The signature, unless these exact bytes are held already (checked when they came)."""
         held = self.slots.get((record.round, record.stage, record.sender))

@@ -255,6 +255,16 @@ MAX_BASIS = 256
 MAX_EVIDENCE = 16
 #: A signed commitment record and its signature (comm.codec.MAX_RECORD_BYTES plus framing).
 SignedRecord = Annotated[bytes, msgspec.Meta(max_length=2304)]
+#: Failed spot checks one payload may pass on (``Envelope.faults``).
+MAX_FAULTS = 8
+
+
+class FaultRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A failed spot check on the wire: the accused's signed commitment (naming its payload and
+    its model) and the index of the body in that payload its model does not draw."""
+
+    commitment: SignedRecord
+    body: Annotated[int, msgspec.Meta(ge=0, lt=4096)]
 
 
 class Envelope(msgspec.Struct, Generic[B], frozen=True, forbid_unknown_fields=True):
@@ -263,7 +273,8 @@ class Envelope(msgspec.Struct, Generic[B], frozen=True, forbid_unknown_fields=Tr
 
     ``basis``: the signed commitments of the earlier-stage payloads (this round) the sender built
     this stage's inputs from, so a receiver holding them rebuilds the same inputs; ``evidence``:
-    pairs of signed commitments by one sender for one (round, stage) that differ (equivocation)."""
+    pairs of signed commitments by one sender for one (round, stage) that differ (equivocation);
+    ``faults``: failed spot checks (``FaultRecord``), re-checked by every peer that reads them."""
 
     version: int
     sender: Id
@@ -272,3 +283,4 @@ class Envelope(msgspec.Struct, Generic[B], frozen=True, forbid_unknown_fields=Tr
     bodies: Annotated[tuple[B, ...], msgspec.Meta(max_length=4096)]
     basis: Annotated[tuple[SignedRecord, ...], msgspec.Meta(max_length=MAX_BASIS)] = ()
     evidence: Annotated[tuple[SignedRecord, ...], msgspec.Meta(max_length=MAX_EVIDENCE)] = ()
+    faults: Annotated[tuple[FaultRecord, ...], msgspec.Meta(max_length=MAX_FAULTS)] = ()

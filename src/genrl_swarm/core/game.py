@@ -2,6 +2,7 @@
 
     for round r:   tasks = data.tasks_for(r, me)     (the shared round_tasks(r), or this peer's own)
         for stage s: inputs -> policy.act -> comm.exchange -> views.rebuild -> state.record (checked per body)
+                     -> checks.run (bodies redone with the committed model: core.spot_checks)
         rewards = reward.score_state(state)    (local truth, also for the swarm's rollouts)
         learner.train(state, rewards); policy.load_weights(learner.weights())
         coordinator.report(result)
@@ -34,6 +35,7 @@ from genrl_swarm.core.interfaces import (
     RunInterrupted,
 )
 from genrl_swarm.core.newcomers import Newcomers
+from genrl_swarm.core.spot_checks import SpotChecks
 from genrl_swarm.core.state import GameState
 from genrl_swarm.core.trust import SenderBook, TrustConfig
 from genrl_swarm.core.types import Drop, DropKind, Ref, Rollout, RoundResult, RoundRewards, ScoredRollout, StageInput, tie_break
@@ -112,6 +114,8 @@ class GameManager:
         self.book = SenderBook(trust or TrustConfig(), comm.peer_id)
         self.newcomers = Newcomers(comm.peer_id)  # ids without history: a few read a round where reading one costs a task rebuild
         self.views = Views(comm.peer_id, comm, data, policy, self.config.max_sources, self.book.config.cpu_budget)  # senders that saw other payloads
+        trusted = self.book.config  # spot checks: bodies redone with the committed model
+        self.checks = SpotChecks(comm.peer_id, comm, policy, trusted.spot_checks, trusted.spot_check_senders)
         comm.claim_account(coordinator.account)  # signed into commitments: how peers credit it on chain
         data.attach(self)
         envelope_decoder(policy.body_type)  # built now, before the peer threads decode at once (core.decoders)
@@ -193,6 +197,8 @@ class GameManager:
         tasks_of = functools.partial(self.data.tasks_for, state.round) if self.data.per_peer and s == 0 else None
         charged = _add(exchange.costs, rebuilt.costs)
         state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of, rebuilt.inputs, self.data.tasks_differ, charged)
+        left = max(deadline - time.monotonic(), 0.1 * self.config.exchange_timeout)  # fetching committed models
+        metrics |= self.checks.run(state, s, exchange, received, left, self.book.quarantined(state.round))
         metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(state.drops) - mark}
         if s > 0:  # differences of view: the exception now, counted per stage
             metrics |= {f"views/fetched_s{s}": rebuilt.fetched, f"views/dropped_s{s}": _view_drops(state.drops[mark:], rebuilt)}
@@ -207,6 +213,7 @@ class GameManager:
         drop recorded in ``state``); and the stage's deadline (monotonic), which fetches keep."""
         body_type, quarantined = self.policy.body_type, self.book.quarantined(r)
         deadline = time.monotonic() + self.config.exchange_timeout
+        self.comm.commit_model(self.policy.committed_model())  # the model these bodies were drawn with, signed with them
         exchange = self.comm.exchange(r, s, bodies, self.config.exchange_timeout, body_type, quarantined, basis)
         self._check_stop()
         self.coordinator.learn_accounts(exchange.accounts)

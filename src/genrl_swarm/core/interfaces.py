@@ -112,6 +112,51 @@ class ActSeed:
     sender: str
 
 
+@dataclass(frozen=True)
+class ModelClaim:
+    """The model a sender's signed commitment names (issue 45.3): ``name``, the paradigm's own
+    (LM adapter peers: the shared base's and the adapter's digests and the sampling settings), and
+    the hex sha256 and size of the bytes a checker fetches to rebuild it (``Policy.check_work``)."""
+
+    name: str
+    blob: str
+    size: int
+
+
+@dataclass(frozen=True)
+class WorkCheck:
+    """What a spot check of bodies found (``Policy.check_work``): per body, why the committed model
+    does not draw it (a mismatch, which no honest sender produces) or None; tokens redone and
+    near ties skipped (rounding could decide them)."""
+
+    mismatches: tuple[str | None, ...]
+    tokens: int = 0
+    near_ties: int = 0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A failed spot check as it travels (``Envelope.faults``): the accused's signed commitment for
+    (``round``, ``stage``), which names its payload and ``claim``, and the index of the body that
+    model does not draw. Anyone re-checks it from the payload and the model's bytes, fetched by
+    their committed digests (``Communication.faulted_work``), before acting on it."""
+
+    accuser: str
+    accused: str
+    round: int
+    stage: int
+    body: int
+    claim: ModelClaim
+    epoch: bytes
+    payload: str  # the hex sha256 of the accused's payload, as its commitment names it
+    size: int  # ... and its size
+
+    @property
+    def seed(self) -> ActSeed:
+        """The public numbers the accused drew that round's bodies with (``ActSeed``)."""
+        return ActSeed(self.epoch, self.round, self.accused)
+
+
 class Policy(ABC):
     """Acts: turns stage inputs into bodies of the game's body type."""
 
@@ -139,6 +184,19 @@ class Policy(ABC):
         """Text of each sample, derived by this peer (decoded with its own tokenizer); () for
         bodies that are not text."""
         return ()
+
+    def committed_model(self) -> tuple[str, bytes] | None:
+        """The model this policy acts with, for the commitment of what it just produced: a name
+        and the bytes another peer rebuilds it from (``check_work``). None (the default): nothing
+        a receiver can redo, so its bodies are never spot-checked (they keep the usual bounds)."""
+        return None
+
+    def check_work(self, seed: ActSeed, bodies: Sequence[Body], model: str, blob: bytes) -> WorkCheck | str:
+        """Spot check (issue 45.4): whether the model ``model`` names, rebuilt from ``blob`` (which
+        hashes to what the sender committed), draws ``bodies`` with the public numbers of ``seed``.
+        A string: why this peer cannot check them (another base, no such support), which is this
+        peer's difference and never held against the sender."""
+        return "this policy does not check bodies"
 
     @abstractmethod
     def load_weights(self, weights: Weights) -> None:
@@ -205,6 +263,10 @@ class ExchangeResult:
     equivocators: dict[str, str] = field(default_factory=dict)
     costs: dict[str, float] = field(default_factory=dict)
     vouched: frozenset[str] = frozenset()
+    #: sender -> the model its signed commitment names (``Policy.committed_model``), if any.
+    models: dict[str, ModelClaim] = field(default_factory=dict)
+    #: failed spot checks received senders passed on, their signed commitments verified.
+    faults: tuple[Fault, ...] = ()
 
     def summary(self) -> str:
         want = "?" if self.expected is None else str(self.expected)
@@ -269,6 +331,26 @@ class Communication(ABC):
         transport on which every peer receives the same payloads (one all-gather) has nothing
         to fetch: by default nothing is had."""
         return Fetched(failed=dict.fromkeys(wanted, "this transport does not fetch payloads"))
+
+    def commit_model(self, model: tuple[str, bytes] | None) -> None:
+        """Name ``model`` (``Policy.committed_model``: a name and its bytes) in this peer's next
+        commitments, and serve its bytes by their digest once revealed. A transport without
+        spot checks ignores it."""
+
+    def fetch_model(self, round: int, sender: str, claim: ModelClaim, timeout: float) -> bytes | None:
+        """The bytes ``claim`` names (their sha256 and size checked), from this peer's store, the
+        sender or any peer holding them, within ``timeout``; None when nobody served them."""
+        return None
+
+    def accuse(self, round: int, stage: int, sender: str, body: int, blob: bytes) -> None:
+        """Pass on, in this peer's next payloads, that body ``body`` of ``sender``'s payload for
+        (``round``, ``stage``) is not what its committed model draws, and serve the model's bytes
+        ``blob`` to whoever re-checks it."""
+
+    def faulted_work(self, fault: Fault, body_type: type[Body], timeout: float) -> tuple[Body, bytes] | str:
+        """The body ``fault`` names and its committed model's bytes, each checked against the
+        accused's signed commitment, from this peer's store or any holder; why not, as a string."""
+        return "this transport does not fetch payloads"
 
     def claim_account(self, account: str) -> None:
         """Sign ``account`` (this peer's chain account) into what this peer publishes, so peers

@@ -56,9 +56,15 @@ class TrustConfig:
     cpu_budget: float = 2.0  # seconds of this peer's CPU to check, derive and score its bodies
     max_soft_drops: int = 8  # refused / failing bodies per round before quarantine
     quarantine_rounds: int = 3  # rounds a quarantined sender is not read
+    #: bodies per sender and stage this peer redoes with the sender's committed model (core.spot_checks);
+    #: 0: none of its own (faults other peers pass on are still re-checked)
+    spot_checks: int = 1
+    #: senders checked per stage, picked at random among those that named a model (0: every one);
+    #: bounds what checking costs in a large swarm, where the proofs of other peers' checks travel
+    spot_check_senders: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("max_bytes", "max_units", "max_soft_drops", "quarantine_rounds"):
+        for name in ("max_bytes", "max_units", "max_soft_drops", "quarantine_rounds", "spot_checks", "spot_check_senders"):
             if getattr(self, name) < 0:
                 raise ValueError(f"trust.{name} must be >= 0, got {getattr(self, name)}")
         if not 0 < self.cpu_budget < 1e6:

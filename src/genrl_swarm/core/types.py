@@ -111,6 +111,7 @@ class DropKind(enum.StrEnum):
 
     PAYLOAD = "payload"  # unreadable, forged, not as committed, an invalid signed reference
     EQUIVOCATION = "equivocation"  # two signed commitments for one (round, stage): the proof
+    FORGED = "forged"  # a spot check: its committed model does not draw a body it signed (the proof)
     BUDGET = "budget"  # over a per-sender limit
     CPU = "cpu"  # over this peer's CPU budget for the sender: this peer's load decides it, so never held against it
     REFUSED = "refused"  # the policy or the round's own checks, on an input every honest peer builds alike
@@ -136,7 +137,7 @@ class DropKind(enum.StrEnum):
 # Not CPU: what checking a body costs depends on the checking machine and its load (a loaded
 # receiver charged 0.3 ms sandbox calls up to 3 s), which no other peer reproduces. The budget
 # still caps what a sender costs each round; it is not a proof against it.
-_HARD = frozenset({DropKind.PAYLOAD, DropKind.EQUIVOCATION, DropKind.BUDGET})
+_HARD = frozenset({DropKind.PAYLOAD, DropKind.EQUIVOCATION, DropKind.FORGED, DropKind.BUDGET})
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ MAX_REMOTE_PEERS = 256  # peers in the table only because others saw them: the m
 KIND_LABELS = {
     DropKind.PAYLOAD: "bad payload",
     DropKind.EQUIVOCATION: "equivocation",
+    DropKind.FORGED: "forged work",
     DropKind.BUDGET: "over budget",
     DropKind.CPU: "too slow to check",
     DropKind.REFUSED: "refused",

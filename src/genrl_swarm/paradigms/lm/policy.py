@@ -21,17 +21,19 @@ from typing import Any, Literal
 import torch
 
 from genrl_swarm.core import ActSeed, Body, Policy, Refusal, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
+from genrl_swarm.core.interfaces import WorkCheck
 from genrl_swarm.core.limits import LimitError
 from genrl_swarm.paradigms.lm import heap
 from genrl_swarm.paradigms.lm.adapters import adapt
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
-from genrl_swarm.paradigms.lm.model_digest import ModelDigest, load_adapter, model_digest
+from genrl_swarm.paradigms.lm.model_digest import ModelDigest, adapter_bytes, load_adapter, model_digest
 from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, apply_lora, check_model, load_peer_model
 from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.sampling import Sampled, hf_sample, sample
 from genrl_swarm.paradigms.lm.sampling_model import DTYPES, SamplingModel
 from genrl_swarm.paradigms.lm.seeding import Uniforms
 from genrl_swarm.paradigms.lm.static_sampling import StepFn, sample_static
+from genrl_swarm.paradigms.lm.verify import check_bodies
 
 DEFAULT_SYSTEM_PROMPT = "You are a careful assistant. Reason briefly, then give only the final answer inside <answer></answer> tags."
 
@@ -327,6 +329,68 @@ class LMPolicy(Policy):
         """The digests of the base and the adapter this peer generates with (``lm.model_digest``):
         what its commitment names. The shared base's is hashed once; a full model's every call."""
         return model_digest(self.model, self.base.digest() if self.base is not None else None)
+
+    def committed_model(self) -> tuple[str, bytes] | None:
+        """What this peer's commitments name (``core.spot_checks``): ``lm1:<base>:<adapter>:<temperature>:<top_p>``
+        and the adapter's safetensors bytes. Only an adapter peer on a shared base sampling with the
+        lean, seeded sampler in fp32 (what ``lm.verify``'s tolerance is calibrated for) names one:
+        a full model is too big to fetch per round, and ``hf`` or bf16 draws cannot be redone."""
+        cfg = self.sampling
+        if self.base is None or self.lora is None or cfg.sampler != "lean" or cfg.dtype != "float32":
+            return None
+        digest = self.model_digest()
+        return f"lm1:{digest.base}:{digest.adapter}:{cfg.temperature!r}:{cfg.top_p!r}", adapter_bytes(self.model)
+
+    def check_work(self, seed: ActSeed, bodies: Sequence[Body], model: str, blob: bytes) -> WorkCheck | str:
+        """``lm.verify.check_bodies`` of ``bodies`` with the sender's adapter (``blob``, checked
+        against the adapter digest ``model`` names) on this peer's shared base, at the sender's
+        committed temperature and top-p. Bytes that are not that adapter, and bodies the sampler
+        could not have produced (token ids outside the vocabulary, not a TokenRollout) are
+        mismatches: the sender signed them. Another base, another adapter shape or another
+        kind of name: this peer cannot check (a string)."""
+        parts = model.split(":")
+        if len(parts) != 5 or parts[0] != "lm1":
+            return f"an unknown kind of model name ({model[:32]!r})"
+        _, base, adapter, temperature, top_p = parts
+        if self.base is None or self.lora is None:
+            return "this peer holds no shared base to rebuild adapters on"
+        if base != self.base.digest():
+            return "another base model"
+        try:
+            t, p = float(temperature), float(top_p)
+        except ValueError:
+            return f"unreadable sampling settings ({temperature[:16]!r}, {top_p[:16]!r})"
+        if not (0 < t < 1e6 and 0 < p <= 1):
+            return f"sampling settings no sampler takes (temperature {t}, top_p {p})"
+        try:
+            checked = self.sender_model(blob, adapter)
+        except ValueError as e:
+            if "does not fit" in str(e):
+                return str(e)  # another rank or other target modules than this peer's: not checkable here
+            return WorkCheck((f"its committed adapter bytes: {e}",) * len(bodies))
+        out: list[str | None] = [None] * len(bodies)
+        tokens = ties = 0
+        rollouts = []
+        for i, body in enumerate(bodies):
+            if not isinstance(body, TokenRollout):
+                out[i] = f"a {type(body).__name__}, not a TokenRollout"
+            elif any(t >= self.vocab_size for t in (*body.prompt_ids, *(x for s in body.samples for x in s.completion_ids))):
+                out[i] = f"token ids outside the committed model's vocabulary of {self.vocab_size}"
+            elif not body.samples or not all(s.completion_ids and len(s.logprobs) == len(s.completion_ids) for s in body.samples):
+                out[i] = "an empty completion, or log-probs that do not match its tokens"
+            else:
+                rollouts.append((i, body))
+        if rollouts:
+            threads = torch.get_num_threads()
+            if self.sampling.threads:
+                torch.set_num_threads(self.sampling.threads)
+            try:
+                verdicts = check_bodies(checked, [b for _, b in rollouts], seed, t, p, self.eos_ids)
+            finally:
+                torch.set_num_threads(threads)
+            for (i, _), verdict in zip(rollouts, verdicts, strict=True):
+                out[i], tokens, ties = verdict.mismatch, tokens + verdict.tokens, ties + verdict.near_ties
+        return WorkCheck(tuple(out), tokens, ties)
 
     def sender_model(self, blob: bytes, digest: str) -> Any:
         """Another peer's model to check its bodies with (``lm.verify``): this peer's shared base

@@ -117,6 +117,30 @@ def forward_logits(model: Any, sequences: Sequence[tuple[Sequence[int], Sequence
     return [logits[row, length - len(c) - 1 : length - 1] for row, (_, c) in enumerate(sequences)]
 
 
+def shared_prompt_logits(model: Any, prompt: Sequence[int], completions: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    """``forward_logits`` of one body's samples, which share their prompt: the prompt forwarded
+    once, its keys and values repeated for each completion (right padding). What a body costs to
+    check is then the prompt once and the completions' tokens, not the prompt per sample."""
+    device = next(model.parameters()).device
+    n, width, start = len(completions), max(len(c) for c in completions), len(prompt)
+    ids = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.ones((n, start + width), dtype=torch.long)
+    for row, completion in enumerate(completions):
+        ids[row, : len(completion)] = torch.tensor(list(completion))
+        mask[row, start + len(completion) :] = 0
+    positions = torch.arange(start, start + width).expand(n, -1)
+    model.eval()  # as the sampler runs it (a learner leaves it in train mode: LoRA dropout)
+    with torch.inference_mode():
+        head = model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True)
+        cache = head.past_key_values
+        cache.batch_repeat_interleave(n)
+        out = model(
+            input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device), past_key_values=cache, use_cache=True
+        )
+    first, rest = head.logits[0, -1:].float().cpu(), out.logits.float().cpu()
+    return [torch.cat([first, rest[row, : len(c) - 1]]) for row, c in enumerate(completions)]
+
+
 def check_body(
     model: Any, body: TokenRollout, seed: ActSeed, temperature: float, top_p: float, eos_ids: Sequence[int], tolerance: Tolerance = Tolerance()
 ) -> Verdict:
@@ -134,13 +158,16 @@ def check_bodies(
     tolerance: Tolerance = Tolerance(),
     rows: int = 64,
 ) -> list[Verdict]:
-    """``check_body`` of each of one sender's ``bodies``, their samples forwarded ``rows`` at a time."""
-    sequences = [(b.prompt_ids, s.completion_ids) for b in bodies for s in b.samples]
-    logits = [x for i in range(0, len(sequences), rows) for x in forward_logits(model, sequences[i : i + rows])]
-    out, start = [], 0
+    """``check_body`` of each of one sender's ``bodies``: each body's prompt forwarded once and its
+    samples ``rows`` at a time after it (``shared_prompt_logits``)."""
+    out = []
     for body in bodies:
-        out.append(_verdict(body, logits[start : start + len(body.samples)], seed, temperature, top_p, set(eos_ids), tolerance))
-        start += len(body.samples)
+        completions = [s.completion_ids for s in body.samples]
+        if not body.prompt_ids:  # nothing to share: a plain teacher-forced pass
+            logits = forward_logits(model, [((), c) for c in completions])
+        else:
+            logits = [x for i in range(0, len(completions), rows) for x in shared_prompt_logits(model, body.prompt_ids, completions[i : i + rows])]
+        out.append(_verdict(body, logits, seed, temperature, top_p, set(eos_ids), tolerance))
     return out
 
 
