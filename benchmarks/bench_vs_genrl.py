@@ -227,6 +227,7 @@ def summarize(side: str, results: list[dict[str, Any]], items: list[tuple[str, d
         "after": (statistics.mean(a for a, _ in after), statistics.mean(e for _, e in after)),
         "rounds_done": min(res["rounds_done"] for res in results), "errors": sum(len(res["train_errors"]) for res in results),
         "error_text": next((e for res in results for e in res["train_errors"]), ""),
+        "rank_rounds": [res["rounds"] for res in results],  # each process's rounds, for a later look
         "transplanted": [n for res in results for n in res.get("transplanted", [])],  # genrl: the others' questions per peer-round
     }  # fmt: skip
 

@@ -123,6 +123,8 @@ def main(job_path: str, result_path: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(job["model"], padding_side="left")
     before = greedy(model, tokenizer, job, data.system_prompt) if job["before"] and rank == 0 else []
     print(f"genrl_side: rank {rank} before-training held-out done ({len(before)} completions)", flush=True)
+    if peers > 1:  # rank 0's held-out pass must not count in the others' first round (they would wait for it there)
+        dist.barrier()
     t0, cpu0 = time.perf_counter(), time.process_time()
     game.run_game()
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
