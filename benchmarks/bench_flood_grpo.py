@@ -21,6 +21,8 @@ reward on 32 held-out prompts). Two arms, each searched on its own:
   token weighs min(1, n * its own probability), the bandit's rule), searched like ``now``.
 
 Then each arm's worst plan is played against the other arm's learner on every seed set.
+``--adapters``: every peer is a LoRA adapter on the shared base, so it commits to its adapter and
+receivers spot-check its bodies against it (a picked completion is then a forgery, and a proof).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_flood_grpo.py [--seeds 8] [--screen 24] [--climb 16]
 """
@@ -105,9 +107,13 @@ def main() -> None:
     p.add_argument("--control-screen", type=int, default=8, help="the control's random plans (it needs few to show)")
     p.add_argument("--control-climb", type=int, default=8)
     p.add_argument("--search-seed", type=int, default=0)
+    p.add_argument("--adapters", action="store_true", help="adapter peers on a shared base: their bodies are spot-checked")
     p.add_argument("--arms", nargs="+", choices=["now", "control", "own-probability"], default=["now", "control"])
     args = p.parse_args()
-    print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.1f}")
+    if args.adapters:
+        grpo_swarm.use_adapters()
+    peers = "adapter peers, spot-checked" if args.adapters else "full models"
+    print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.1f} | {peers}")
     print(f"untrained eval: {statistics.mean(grpo_swarm.untrained(s) for s in range(args.seeds)):.3f}")
     results: dict[Rules, Result[GRPOFloodPlan]] = {}
     for name in args.arms:  # type: Rules

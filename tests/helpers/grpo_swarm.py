@@ -41,6 +41,17 @@ DIGITS = tuple(range(18, 28))  # the tiny tokenizer's "0".."9": the untrained mo
 #: Every honest peer trains on all its own groups and every informative swarm group (3 senders x
 #: 4 tasks): the flooder's groups are never squeezed out by the fair-share draw.
 GRPO = GRPOConfig(learning_rate=2e-3, num_local=-1, num_external=12, micro_batch_size=64)
+#: Adapter peers (``use_adapters``): LoRA on the process's shared tiny base, so each peer commits
+#: to its adapter and receivers spot-check its bodies (``core.spot_checks``, on by default); the
+#: rate where three honest adapter peers learn about as fast as full models at 2e-3.
+ADAPTER_LORA = {"r": 8, "alpha": 16, "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
+LORA: dict[str, object] | None = None
+
+
+def use_adapters() -> None:
+    """Every peer built after this is an adapter peer (a process-wide switch for the benchmark)."""
+    global GRPO, LORA
+    GRPO, LORA = dataclasses.replace(GRPO, learning_rate=1e-2), ADAPTER_LORA
 
 
 @dataclass(frozen=True)
@@ -138,7 +149,7 @@ LEARNERS: dict[str, type[GRPOLearner]] = {"now": GRPOLearner, "control": ClaimsR
 
 def policy(seed: int, rank: int, cls: type[LMPolicy] = LMPolicy, **kwargs: object) -> LMPolicy:
     sampling = {"num_generations": NUM_GENERATIONS, "max_new_tokens": MAX_NEW_TOKENS}
-    return cls("tiny-random", sampling, seed=1000 * seed + rank, **kwargs)  # type: ignore[arg-type]
+    return cls("tiny-random", sampling, seed=1000 * seed + rank, lora=LORA, **kwargs)  # type: ignore[arg-type]
 
 
 def run(seed: int, fourth: LMPolicy | None, rules: Rules = "now") -> list[LMPolicy]:
