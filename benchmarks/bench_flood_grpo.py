@@ -108,11 +108,12 @@ def main() -> None:
     p.add_argument("--control-climb", type=int, default=8)
     p.add_argument("--search-seed", type=int, default=0)
     p.add_argument("--adapters", action="store_true", help="adapter peers on a shared base: their bodies are spot-checked")
+    p.add_argument("--spot-checks", type=int, default=1, help="with --adapters: bodies per sender and stage each receiver checks")
     p.add_argument("--arms", nargs="+", choices=["now", "control", "own-probability"], default=["now", "control"])
     args = p.parse_args()
     if args.adapters:
-        grpo_swarm.use_adapters()
-    peers = "adapter peers, spot-checked" if args.adapters else "full models"
+        grpo_swarm.use_adapters(args.spot_checks)
+    peers = f"adapter peers, {args.spot_checks} spot check(s) per sender and stage" if args.adapters else "full models"
     print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.1f} | {peers}")
     print(f"untrained eval: {statistics.mean(grpo_swarm.untrained(s) for s in range(args.seeds)):.3f}")
     results: dict[Rules, Result[GRPOFloodPlan]] = {}

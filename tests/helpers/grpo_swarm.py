@@ -32,6 +32,7 @@ from genrl_swarm.comm.epoch import EPOCH_BYTES, Epoch
 from genrl_swarm.comm.memory import InMemoryBackend, InMemorySwarm
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import DataManager, GameConfig, GameManager, RewardManager, Rollout, ScoredRollout, StageInput, Task
+from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.paradigms.lm.learner import GRPOConfig, GRPOLearner, Sample
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 from genrl_swarm.run.launcher import run_managers
@@ -46,12 +47,16 @@ GRPO = GRPOConfig(learning_rate=2e-3, num_local=-1, num_external=12, micro_batch
 #: rate where three honest adapter peers learn about as fast as full models at 2e-3.
 ADAPTER_LORA = {"r": 8, "alpha": 16, "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
 LORA: dict[str, object] | None = None
+#: Bodies per sender and stage each receiver spot-checks (``trust.spot_checks``; adapter peers only).
+TRUST = TrustConfig()
 
 
-def use_adapters() -> None:
-    """Every peer built after this is an adapter peer (a process-wide switch for the benchmark)."""
-    global GRPO, LORA
+def use_adapters(spot_checks: int = TRUST.spot_checks) -> None:
+    """Every peer built after this is an adapter peer checking ``spot_checks`` bodies per sender
+    and stage (a process-wide switch for the benchmark)."""
+    global GRPO, LORA, TRUST
     GRPO, LORA = dataclasses.replace(GRPO, learning_rate=1e-2), ADAPTER_LORA
+    TRUST = dataclasses.replace(TRUST, spot_checks=spot_checks)
 
 
 @dataclass(frozen=True)
@@ -165,7 +170,7 @@ def run(seed: int, fourth: LMPolicy | None, rules: Rules = "now") -> list[LMPoli
             honest.append(pol)
         config = GameConfig(max_rounds=ROUNDS, exchange_timeout=60.0, mode="train")
         managers.append(GameManager(TargetData(seed), FirstTokenReward(tokens(seed)), pol, learner_cls(pol, GRPO, seed=rank),
-                                    InMemoryBackend(swarm, f"peer-{rank}"), coordinator, config))  # fmt: skip
+                                    InMemoryBackend(swarm, f"peer-{rank}"), coordinator, config, trust=TRUST))  # fmt: skip
     run_managers(managers, keep_results=False)
     return honest
 
