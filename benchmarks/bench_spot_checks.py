@@ -11,7 +11,9 @@ from its bytes onto the receiver's base, one teacher-forced pass (``LMPolicy.che
 adapter comes from this process's memory (the in-memory transport's fetch); on HiveMind add the
 transfer of its bytes. Reported: bodies checked, mismatches (false alarms: must be 0), the share
 of tokens skipped as near ties, the largest log-prob error, seconds per round, and checking as a
-share of the receiver's generation, per sender and for the whole swarm.
+share of the receiver's generation, per sender and for the whole swarm, in wall and in CPU seconds
+(torch on one thread: CPU seconds are what a loaded machine does not distort), and the same for
+redoing one random sample of each body (``trust.spot_check_samples=1``).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_spot_checks.py --model HuggingFaceTB/SmolLM2-135M-Instruct --rounds 8
 """
@@ -68,6 +70,7 @@ def main() -> None:
     checks: list[WorkCheck] = []
     generate_s, sender_s, commit_s, check_s = [], [], [], []
     generate_cpu, check_cpu = [], []  # process CPU seconds: what a loaded machine does not distort (torch on one thread)
+    sample_cpu = []  # ... of redoing one random sample of the body instead (trust.spot_check_samples=1)
     for r in range(a.rounds):
         inputs = [t.input(0) for t in data.round_tasks(r)]
         sender.sampling = replace(base, **SETTINGS[r % len(SETTINGS)])
@@ -94,6 +97,10 @@ def main() -> None:
             check_cpu.append(time.process_time() - cpu)
             assert isinstance(checked, WorkCheck), checked
             checks.append(checked)
+            cpu = time.process_time()
+            one_sample = receiver.check_work(seed, picks, name, blob, [[rng.randrange(len(b.samples))] for b in picks])
+            sample_cpu.append(time.process_time() - cpu)
+            assert isinstance(one_sample, WorkCheck) and one_sample.mismatches == (None,) * a.k, one_sample
     tokens, ties = sum(c.tokens for c in checks), sum(c.near_ties for c in checks)
     bad = [m for c in checks for m in c.mismatches if m is not None]
     one, round_s = statistics.median(check_s), statistics.median(generate_s)
@@ -106,6 +113,9 @@ def main() -> None:
     one_cpu, round_cpu = statistics.median(check_cpu), statistics.median(generate_cpu)
     print(f"CPU seconds: generate a round {round_cpu:.2f}, check k bodies {one_cpu:.3f}; per sender {one_cpu / round_cpu:.4f}, "
           f"{a.peers - 1} senders {(a.peers - 1) * one_cpu / round_cpu:.3f}")  # fmt: skip
+    one_sample = statistics.median(sample_cpu)
+    print(f"CPU seconds, one sample of each body (spot_check_samples=1): {one_sample:.3f}; per sender {one_sample / round_cpu:.4f}, "
+          f"{a.peers - 1} senders {(a.peers - 1) * one_sample / round_cpu:.3f}")  # fmt: skip
     print(f"sender's generation on its rotating settings: median {statistics.median(sender_s):.2f}s")
     for why in bad[:5]:
         print("mismatch:", why)

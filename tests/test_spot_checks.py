@@ -150,3 +150,18 @@ def test_a_wrong_key_is_a_mismatch_not_a_crash(honest: LMPolicy) -> None:
     """The same honest body checked under another round's numbers fails (the seed matters)."""
     bodies = copy.deepcopy(honest.rollouts(inputs(4)))
     assert caught(check(honest, bodies, replace(SEED, round=6))) == 1.0
+
+
+def test_a_sample_redone_alone_keeps_its_own_key(honest: LMPolicy) -> None:
+    """Spot checks of some samples of a body (``trust.spot_check_samples``): each is redone with the
+    key of its index in the body, alone or with others; a tampered one is caught alone too."""
+    honest.begin_round(SEED)
+    body = honest.rollouts(inputs(1, " alone"))[0]
+    cfg = honest.sampling
+    (every,) = check_bodies(honest.model, [body], SEED, cfg.temperature, cfg.top_p, honest.eos_ids)
+    parts = [check_bodies(honest.model, [body], SEED, cfg.temperature, cfg.top_p, honest.eos_ids, samples=[[k]])[0] for k in range(4)]
+    assert every.ok and all(v.ok for v in parts)
+    assert sum(v.tokens + v.near_ties for v in parts) == every.tokens + every.near_ties
+    swapped = msgspec.structs.replace(body, samples=(body.samples[1], body.samples[0], *body.samples[2:]))  # each under another's key
+    assert not check_bodies(honest.model, [swapped], SEED, cfg.temperature, cfg.top_p, honest.eos_ids, samples=[[0]])[0].ok
+    assert check_bodies(honest.model, [swapped], SEED, cfg.temperature, cfg.top_p, honest.eos_ids, samples=[[2, 3]])[0].ok

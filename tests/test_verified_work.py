@@ -129,9 +129,10 @@ def play(
     learn: bool = False,
     checkers: dict[str, type[SpotChecks]] | None = None,
     senders: dict[str, int] | None = None,
+    samples: dict[str, int] | None = None,
 ) -> tuple[dict[str, GameManager], dict[str, list[ExchangeResult]]]:
     """Every peer's GameManager, run ``rounds`` rounds in threads; and what each exchange returned.
-    ``checks``/``senders``: a peer's ``trust.spot_checks`` / ``trust.spot_check_senders``."""
+    ``checks``/``senders``/``samples``: a peer's ``trust.spot_checks`` / ``spot_check_senders`` / ``spot_check_samples``."""
     from genrl_swarm.paradigms.lm.learner import GRPOLearner
 
     swarm, coordinator = InMemorySwarm(), LocalCoordinator()
@@ -142,7 +143,9 @@ def play(
     for peer, policy in policies.items():
         hooks = Hooks(after_stage=[lambda g, state, s, ex: seen[g.peer_id].append(ex)], after_round=[lambda g, r: rows[g.peer_id].append(r.metrics)])
         learner = GRPOLearner(policy, {"num_local": 4, "num_external": 4, "learning_rate": 1e-2}) if learn else None
-        trust = TrustConfig(spot_checks=(checks or {}).get(peer, 1), spot_check_senders=(senders or {}).get(peer, 0))
+        trust = TrustConfig(
+            spot_checks=(checks or {}).get(peer, 1), spot_check_senders=(senders or {}).get(peer, 0), spot_check_samples=(samples or {}).get(peer, 0)
+        )
         game = GameManager(
             DigitArithmeticData(tasks_per_round=4, eval_size=0, seed=3),
             ByIndex(),
@@ -187,7 +190,7 @@ def _packed_tiny(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_cheater_is_caught_by_the_first_check_and_quarantined_everywhere(how: str) -> None:
     policies: dict[str, LMPolicy] = {p: adapter_peer(i + 1, **kernels) for i, (p, kernels) in enumerate(HONEST.items())}
     policies["cheater"] = cheater(how)
-    games, seen = play(policies, rounds=2)
+    games, seen = play(policies, rounds=2, samples={"honest-2": 1})  # honest-2 redoes one sample of a body
     for peer in HONEST:
         game = games[peer]
         assert game.book.reasons.get("cheater", "").startswith("forged: spot check of body"), (peer, game.book.reasons)
@@ -233,7 +236,7 @@ def test_honest_adapter_peers_training_every_round_are_never_flagged() -> None:
     """Three honest adapter peers (1/2 threads, packed/unpacked) train every round: each round's
     commitments name a new adapter, every body checked passes."""
     policies: dict[str, LMPolicy] = {p: adapter_peer(i + 1, **kernels) for i, (p, kernels) in enumerate(HONEST.items())}
-    games, seen = play(policies, rounds=3, learn=True, checks={"honest-1": 2}, senders={"honest-2": 1})
+    games, seen = play(policies, rounds=3, learn=True, checks={"honest-1": 2}, senders={"honest-2": 1}, samples={"honest-0": 1})
     for peer, game in games.items():
         assert not game.book.reasons and not forged(game)
         names = [ex.models[other].name for ex in seen[peer] for other in ex.models if other != peer]

@@ -115,7 +115,7 @@ class GameManager:
         self.newcomers = Newcomers(comm.peer_id)  # ids without history: a few read a round where reading one costs a task rebuild
         self.views = Views(comm.peer_id, comm, data, policy, self.config.max_sources, self.book.config.cpu_budget)  # senders that saw other payloads
         trusted = self.book.config  # spot checks: bodies redone with the committed model
-        self.checks = SpotChecks(comm.peer_id, comm, policy, trusted.spot_checks, trusted.spot_check_senders)
+        self.checks = SpotChecks(comm.peer_id, comm, policy, trusted.spot_checks, trusted.spot_check_senders, trusted.spot_check_samples)
         comm.claim_account(coordinator.account)  # signed into commitments: how peers credit it on chain
         data.attach(self)
         envelope_decoder(policy.body_type)  # built now, before the peer threads decode at once (core.decoders)

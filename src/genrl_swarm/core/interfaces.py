@@ -191,9 +191,12 @@ class Policy(ABC):
         a receiver can redo, so its bodies are never spot-checked (they keep the usual bounds)."""
         return None
 
-    def check_work(self, seed: ActSeed, bodies: Sequence[Body], model: str, blob: bytes) -> WorkCheck | str:
+    def check_work(
+        self, seed: ActSeed, bodies: Sequence[Body], model: str, blob: bytes, samples: Sequence[Sequence[int]] | None = None
+    ) -> WorkCheck | str:
         """Spot check (issue 45.4): whether the model ``model`` names, rebuilt from ``blob`` (which
-        hashes to what the sender committed), draws ``bodies`` with the public numbers of ``seed``.
+        hashes to what the sender committed), draws ``bodies`` with the public numbers of ``seed``
+        (``samples``: per body, the indices of the samples to redo; None: all).
         A string: why this peer cannot check them (another base, no such support), which is this
         peer's difference and never held against the sender."""
         return "this policy does not check bodies"

@@ -23,7 +23,7 @@ served in time) is its own difference: the sender's bodies keep the usual bounds
 counted (``checks/unchecked_s<s>``).
 
 Cost: at most ``spot_checks`` bodies per sender and stage (of ``spot_check_senders`` senders picked
-at random, when set), and ``MAX_RECHECKS`` passed-on faults per stage, each re-checked once.
+at random, when set; ``spot_check_samples`` samples of each, when set: a CPU pays per token), and ``MAX_RECHECKS`` passed-on faults per stage, each re-checked once.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class SpotChecks:
     policy: Policy
     per_sender: int = 1
     senders: int = 0  # senders checked per stage, at random (0: every one)
+    samples: int = 0  # samples redone per picked body, at random (0: all)
     #: (accused, round, stage, body) faults re-checked already: each is re-checked once.
     _rechecked: set[tuple[str, int, int, int]] = field(default_factory=set)
     _random: secrets.SystemRandom = field(default_factory=secrets.SystemRandom)
@@ -90,7 +91,11 @@ class SpotChecks:
             if not picks:
                 continue
             blob = self.comm.fetch_model(state.round, sender, claim, max(deadline - time.monotonic(), 0.0))
-            checked = self._check(ActSeed(epoch, state.round, sender), [bodies[i] for i in picks], claim, blob)
+            picked = [bodies[i] for i in picks]
+            draws = (
+                [sorted(self._random.sample(range(b.num_samples), min(self.samples, b.num_samples))) for b in picked] if self.samples > 0 else None
+            )
+            checked = self._check(ActSeed(epoch, state.round, sender), picked, claim, blob, draws)
             if isinstance(checked, str):
                 counts["unchecked"] += 1
                 log.info("%s could not spot-check %s (r%d/s%d): %s", self.me, sender, state.round, stage, checked)
@@ -137,11 +142,13 @@ class SpotChecks:
             f"spot check of body {fault.body} (r{fault.round}/s{fault.stage}) passed on by {fault.accuser}, re-checked here: {checked.mismatches[0]}"
         )
 
-    def _check(self, seed: ActSeed, bodies: list[Body], claim: ModelClaim, blob: bytes | None) -> WorkCheck | str:
+    def _check(
+        self, seed: ActSeed, bodies: list[Body], claim: ModelClaim, blob: bytes | None, samples: list[list[int]] | None = None
+    ) -> WorkCheck | str:
         if blob is None:
             return "its committed model's bytes were not served in time"
         try:
-            return self.policy.check_work(seed, bodies, claim.name, blob)
+            return self.policy.check_work(seed, bodies, claim.name, blob, samples)
         except Exception as e:  # noqa: BLE001 - a stranger's bytes reached model code: this peer cannot check them
             log.warning("%s: checking bodies with a committed model failed: %s: %s", self.me, type(e).__name__, e)
             return f"checking failed here: {type(e).__name__}: {e}"

@@ -62,9 +62,11 @@ class TrustConfig:
     #: senders checked per stage, picked at random among those that named a model (0: every one);
     #: bounds what checking costs in a large swarm, where the proofs of other peers' checks travel
     spot_check_senders: int = 0
+    #: samples redone per picked body, at random (0: all): a CPU pays a check per token
+    spot_check_samples: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("max_bytes", "max_units", "max_soft_drops", "quarantine_rounds", "spot_checks", "spot_check_senders"):
+        for name in ("max_bytes", "max_units", "max_soft_drops", "quarantine_rounds", "spot_checks", "spot_check_senders", "spot_check_samples"):
             if getattr(self, name) < 0:
                 raise ValueError(f"trust.{name} must be >= 0, got {getattr(self, name)}")
         if not 0 < self.cpu_budget < 1e6:

@@ -341,7 +341,9 @@ class LMPolicy(Policy):
         digest = self.model_digest()
         return f"lm1:{digest.base}:{digest.adapter}:{cfg.temperature!r}:{cfg.top_p!r}", adapter_bytes(self.model)
 
-    def check_work(self, seed: ActSeed, bodies: Sequence[Body], model: str, blob: bytes) -> WorkCheck | str:
+    def check_work(
+        self, seed: ActSeed, bodies: Sequence[Body], model: str, blob: bytes, samples: Sequence[Sequence[int]] | None = None
+    ) -> WorkCheck | str:
         """``lm.verify.check_bodies`` of ``bodies`` with the sender's adapter (``blob``, checked
         against the adapter digest ``model`` names) on this peer's shared base, at the sender's
         committed temperature and top-p. Bytes that are not that adapter, and bodies the sampler
@@ -372,6 +374,8 @@ class LMPolicy(Policy):
         tokens = ties = 0
         rollouts = []
         for i, body in enumerate(bodies):
+            if samples is not None and isinstance(body, TokenRollout) and not all(0 <= k < len(body.samples) for k in samples[i]):
+                return f"sample indices {list(samples[i])[:8]} outside a body of {len(body.samples)}"
             if not isinstance(body, TokenRollout):
                 out[i] = f"a {type(body).__name__}, not a TokenRollout"
             elif any(t >= self.vocab_size for t in (*body.prompt_ids, *(x for s in body.samples for x in s.completion_ids))):
@@ -385,7 +389,8 @@ class LMPolicy(Policy):
             if self.sampling.threads:
                 torch.set_num_threads(self.sampling.threads)
             try:
-                verdicts = check_bodies(checked, [b for _, b in rollouts], seed, t, p, self.eos_ids)
+                picked = [samples[i] for i, _ in rollouts] if samples is not None else None
+                verdicts = check_bodies(checked, [b for _, b in rollouts], seed, t, p, self.eos_ids, samples=picked)
             finally:
                 torch.set_num_threads(threads)
             for (i, _), verdict in zip(rollouts, verdicts, strict=True):

@@ -157,26 +157,31 @@ def check_bodies(
     eos_ids: Sequence[int],
     tolerance: Tolerance = Tolerance(),
     rows: int = 64,
+    samples: Sequence[Sequence[int]] | None = None,
 ) -> list[Verdict]:
     """``check_body`` of each of one sender's ``bodies``: each body's prompt forwarded once and its
-    samples ``rows`` at a time after it (``shared_prompt_logits``)."""
+    samples ``rows`` at a time after it (``shared_prompt_logits``). ``samples``: per body, the
+    indices of the samples to redo (each keeps its own key); None: all of them."""
     out = []
-    for body in bodies:
-        completions = [s.completion_ids for s in body.samples]
+    for b, body in enumerate(bodies):
+        picked = sorted(set(samples[b])) if samples is not None else range(len(body.samples))
+        completions = [body.samples[k].completion_ids for k in picked]
         if not body.prompt_ids:  # nothing to share: a plain teacher-forced pass
             logits = forward_logits(model, [((), c) for c in completions])
         else:
             logits = [x for i in range(0, len(completions), rows) for x in shared_prompt_logits(model, body.prompt_ids, completions[i : i + rows])]
-        out.append(_verdict(body, logits, seed, temperature, top_p, set(eos_ids), tolerance))
+        out.append(_verdict(body, dict(zip(picked, logits, strict=True)), seed, temperature, top_p, set(eos_ids), tolerance))
     return out
 
 
 def _verdict(
-    body: TokenRollout, logits: Sequence[torch.Tensor], seed: ActSeed, temperature: float, top_p: float, eos: set[int], tolerance: Tolerance
+    body: TokenRollout, logits: dict[int, torch.Tensor], seed: ActSeed, temperature: float, top_p: float, eos: set[int], tolerance: Tolerance
 ) -> Verdict:
+    """The verdict on the samples of ``body`` that ``logits`` holds (sample index -> its logits)."""
     tokens = ties = 0
     worst = 0.0
-    for k, (sample, sample_logits) in enumerate(zip(body.samples, logits, strict=True)):
+    for k, sample_logits in logits.items():
+        sample = body.samples[k]
         ids = list(sample.completion_ids)
         if any(t in eos for t in ids[:-1]) or (sample.finish_reason == "stop") != (ids[-1] in eos):
             return Verdict(tokens, ties, f"sample {k}: the sampler stops at its first EOS, and only there ({sample.finish_reason})", worst)
