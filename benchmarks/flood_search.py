@@ -24,7 +24,7 @@ class Space(Generic[P]):
     """A plan space: plans every search starts from, a random plan, a neighbour, an attack's shape."""
 
     known: Sequence[P]
-    random: Callable[[random.Random], P]
+    draw: Callable[[random.Random], P]
     mutate: Callable[[P, random.Random], P]
     shape: Callable[[P], Hashable]
 
@@ -63,7 +63,7 @@ def search(
     for plan in space.known:
         score(plan)
     for _ in range(screen):
-        score(space.random(rng))
+        score(space.draw(rng))
     for _ in range(climb):
         score(space.mutate(rng.choice(sorted(scored, key=lambda x: -x[0])[:3])[1], rng))
     chosen: list[P] = []

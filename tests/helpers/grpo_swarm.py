@@ -115,7 +115,8 @@ class ClaimsReadLearner(GRPOLearner):
     every group normalised by itself, its repeats included: the rules before issue 42.3."""
 
     def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
-        me, self._peer = self._peer, None  # no own baseline: each group by itself
+        me: str | None = self._peer  # type: ignore[has-type]
+        self._peer = None  # no own baseline: each group by itself
         try:
             return super().samples(chosen)
         finally:
