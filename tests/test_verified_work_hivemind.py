@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("hivemind")
+import hivemind  # noqa: F401 - the backend starts p2pd through it
+
 from genrl_swarm.comm.held import HeldPayloads
 from genrl_swarm.comm.hivemind.dht import HivemindBackend
 from genrl_swarm.core import ExchangeResult, Task
