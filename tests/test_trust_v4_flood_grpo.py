@@ -29,7 +29,8 @@ LONG = grpo_swarm.MAX_NEW_TOKENS
 
 
 def decoy_among_zeros(claim: float) -> GRPOFloodPlan:
-    """The search's worst shape: one decoy completion and three zero-reward ones, all at the cap."""
+    """The search's runner-up (31.3% ± 23.3% over 8 seed sets): one decoy and three zero-reward
+    completions, all at the length cap, on every task."""
     return GRPOFloodPlan((Completion("decoy", "decoy", LONG, claim),) + (Completion("zero", "zero", LONG, claim),) * 3)
 
 
