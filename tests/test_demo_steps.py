@@ -39,10 +39,18 @@ say "next step"
 """
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_to_the_script_stops_every_running_step_once_and_exits_128_plus_it(sig: signal.Signals, tmp_path: Path) -> None:
     script = SCRIPT.format(root=ROOT, python=sys.executable, step=STEP, tmp=tmp_path)
-    proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # Started as a terminal's shell starts it, SIGINT at its default: bash cannot trap a signal ignored
+    # on entry, and in a full pytest run something before this test leaves SIGINT ignored here.
+    proc = subprocess.Popen(
+        ["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=_sigint_default
+    )
     steps = [tmp_path / "a", tmp_path / "b"]
     end = time.monotonic() + 60
     while not all(s.is_file() and s.read_text() == "up" for s in steps):

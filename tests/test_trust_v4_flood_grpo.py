@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+import torch  # noqa: E402, F401 - the GRPO swarm (helpers.grpo_swarm, bench_flood_grpo) trains with it
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from bench_flood_grpo import honest_eval  # noqa: E402
