@@ -36,10 +36,12 @@ def decoy_among_zeros(claim: float) -> GRPOFloodPlan:
 
 
 def test_no_claimed_log_prob_changes_an_honest_grpo_learner() -> None:
+    # Equal up to float summation order (torch's threads: 1.5e-7 apart seen between two runs of one
+    # plan); the control, which reads claims, moves the eval by more than a tenth (0.25 vs 0.94).
     now = [honest_eval(0, decoy_among_zeros(claim), rules="now") for claim in (-30.0, 0.0)]
-    assert now[0] == now[1], now
+    assert abs(now[0] - now[1]) <= 1e-4, now
     control = [honest_eval(0, decoy_among_zeros(claim), rules="control") for claim in (-30.0, 0.0)]
-    assert control[0] != control[1], control  # the control reads them: the check above could fail
+    assert abs(control[0] - control[1]) > 0.1, control  # the control reads them: the check above could fail
 
 
 @pytest.mark.xfail(strict=True, reason="selective reporting: each swarm completion counts as an own sample (docs/trust.md)")
