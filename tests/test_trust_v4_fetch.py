@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,6 +26,7 @@ from genrl_swarm.games.multistage_math import MultistageReward
 from test_trust_v4_views import Scripted, TwoFaced, msm
 
 from helpers import Echo, echo
+from helpers.one_exchange import exchange_all
 
 STAGES, ROUNDS = 3, 4
 
@@ -189,27 +189,13 @@ def test_a_payload_is_fetched_by_its_digest_from_a_hivemind_peer_that_holds_it()
 
     from genrl_swarm.comm.held import HeldPayloads
     from genrl_swarm.comm.hivemind.dht import HivemindBackend
-    from genrl_swarm.core import Task
     from genrl_swarm.core.types import Ref
 
     first = HivemindBackend(swarm="fetch", liveness_timeout=3.0)
     peers = [first, *(HivemindBackend(initial_peers=first.visible_maddrs(), swarm="fetch", liveness_timeout=3.0) for _ in range(2))]
     try:
         a, b, c = peers
-        results: dict[str, Any] = {}
-
-        def one(peer: HivemindBackend) -> None:
-            results[peer.peer_id] = peer.exchange(0, 0, [echo(Task.create("q").input(0), peer.peer_id[-6:])], 20.0, Echo)
-
-        for _ in range(100):
-            if all(len(p.membership.live()) == 3 for p in peers):
-                break
-            threading.Event().wait(0.1)
-        threads = [threading.Thread(target=one, args=(p,)) for p in peers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        results = exchange_all(peers)
         assert all(set(r.received) == {a.peer_id, b.peer_id, c.peer_id} for r in results.values())
         ref = Ref(0, a.peer_id, results[c.peer_id].digests[a.peer_id])
         c.held = HeldPayloads()  # c no longer holds a's payload: it must ask

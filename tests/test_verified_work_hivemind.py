@@ -6,7 +6,6 @@ passed-on fault's payload and model are pulled from the accuser when the accused
 from __future__ import annotations
 
 import hashlib
-import threading
 from typing import Any
 
 import pytest
@@ -16,10 +15,10 @@ import hivemind  # noqa: F401 - the backend starts p2pd through it
 
 from genrl_swarm.comm.held import HeldPayloads
 from genrl_swarm.comm.hivemind.dht import HivemindBackend
-from genrl_swarm.core import ExchangeResult, Task
 from genrl_swarm.core.interfaces import Fault
 
-from helpers import Echo, echo
+from helpers import Echo
+from helpers.one_exchange import exchange_all
 
 
 def test_a_committed_model_and_a_faults_work_are_pulled_by_digest_over_hivemind() -> None:
@@ -29,20 +28,7 @@ def test_a_committed_model_and_a_faults_work_are_pulled_by_digest_over_hivemind(
     try:
         a, b, c = peers
         a.commit_model(("test:model-a", blob))
-        results: dict[str, ExchangeResult] = {}
-
-        def one(peer: HivemindBackend) -> None:
-            results[peer.peer_id] = peer.exchange(0, 0, [echo(Task.create("q").input(0), peer.peer_id[-6:])], 20.0, Echo)
-
-        for _ in range(100):
-            if all(len(p.membership.live()) == 3 for p in peers):
-                break
-            threading.Event().wait(0.1)
-        threads = [threading.Thread(target=one, args=(p,)) for p in peers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        results = exchange_all(peers)
         assert all(set(r.received) == {a.peer_id, b.peer_id, c.peer_id} for r in results.values())
         claim = results[b.peer_id].models[a.peer_id]
         assert (claim.name, claim.blob, claim.size) == ("test:model-a", hashlib.sha256(blob).hexdigest(), len(blob))
