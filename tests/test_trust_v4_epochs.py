@@ -12,10 +12,11 @@ run still never signs twice. Played by real GameManagers on in-memory boards.
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 from genrl_swarm.comm import InMemoryBackend, InMemorySwarm
+from genrl_swarm.comm.base import Phase
 from genrl_swarm.comm.codec import Codec, Commitment, encode_signed
 from genrl_swarm.comm.commitments import KEEP_ROUNDS
 from genrl_swarm.comm.epoch import Epoch, saved_epoch
@@ -32,26 +33,40 @@ def commitments_of(swarm: InMemorySwarm, peer: str) -> dict[tuple[int, int], byt
     return {(r, s): board[peer] for (r, s, phase), board in list(swarm._boards.items()) if phase == "commit" and peer in board}
 
 
-class Replayer(threading.Thread):
-    """Watches a board for ``victim``'s new commitments and, at the next stage, passes each on
-    beside the victim's commitment for the same (round, stage) from an earlier run: as a pair of
-    evidence (one stranger) and in a basis (another)."""
+class Watched(InMemorySwarm):
+    """A board whose watchers hear each post as it is published, as a peer on a gossip network
+    does: an attacker that polled the board could be starved on a busy machine and react after
+    the stage it targets had closed (then nothing was offered and the test proved nothing)."""
 
-    def __init__(self, swarm: InMemorySwarm, victim: str, old: dict[tuple[int, int], bytes]) -> None:
-        super().__init__(daemon=True)
-        self.swarm, self.victim, self.old = swarm, victim, old
+    def __init__(self) -> None:
+        super().__init__()
+        self.watchers: list[Callable[[int, int, Phase, str, bytes], None]] = []
+
+    def post(self, round: int, stage: int, phase: Phase, sender: str, data: bytes, handle: object | None = None) -> None:
+        super().post(round, stage, phase, sender, data, handle)
+        for watcher in self.watchers:
+            watcher(round, stage, phase, sender, data)
+
+
+class Replayer:
+    """Hears ``victim``'s commitments as they are posted and passes each on at the next stage,
+    beside the victim's commitment for the same (round, stage) from an earlier run: as a pair of
+    evidence (one stranger) and in a basis (another). It posts before the victim's post returns,
+    so before any honest peer can reach the next stage: every pair is on the board in time."""
+
+    def __init__(self, swarm: Watched, victim: str, old: dict[tuple[int, int], bytes]) -> None:
+        self.victim, self.old = victim, old
         self.evidence, self.basis = Stranger(swarm), Stranger(swarm)
         self.done: set[tuple[int, int]] = set()
-        self.stop = threading.Event()
+        swarm.watchers.append(self.heard)
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for (r, s), new in commitments_of(self.swarm, self.victim).items():
-                if (r, s) in self.old and (r, s) not in self.done and s + 1 < 3:
-                    self.done.add((r, s))
-                    self.post(self.evidence, r, s + 1, Codec().encode(self.evidence.peer_id, r, s + 1, [], evidence=(self.old[(r, s)], new)))
-                    self.post(self.basis, r, s + 1, Codec().encode(self.basis.peer_id, r, s + 1, [], basis=(self.old[(r, s)],)))
-            time.sleep(0.001)
+    def heard(self, round: int, stage: int, phase: Phase, sender: str, new: bytes) -> None:
+        if sender != self.victim or phase != "commit" or (round, stage) not in self.old or stage + 1 >= 3:
+            return
+        self.done.add((round, stage))
+        old = self.old[(round, stage)]
+        self.post(self.evidence, round, stage + 1, Codec().encode(self.evidence.peer_id, round, stage + 1, [], evidence=(old, new)))
+        self.post(self.basis, round, stage + 1, Codec().encode(self.basis.peer_id, round, stage + 1, [], basis=(old,)))
 
     @staticmethod
     def post(stranger: Stranger, round: int, stage: int, payload: bytes) -> None:
@@ -65,14 +80,9 @@ def test_an_identity_reused_in_a_new_run_is_never_framed_by_its_old_commitments(
     play([InMemoryBackend(first, "A"), InMemoryBackend(first, "V", identity=victim)], rounds=ROUNDS)
     old = commitments_of(first, "V")  # kept by anyone who watched the first run
     assert len(old) == ROUNDS * 3
-    second = InMemorySwarm()  # a new run of a swarm of the same name; V's operator reuses its identity file
-    honest = [InMemoryBackend(second, "A"), InMemoryBackend(second, "V", identity=victim)]
+    second = Watched()  # a new run of a swarm of the same name; V's operator reuses its identity file
     replayer = Replayer(second, "V", old)
-    replayer.start()
-    try:
-        out = play(honest, rounds=ROUNDS)
-    finally:
-        replayer.stop.set()
+    out = play([InMemoryBackend(second, "A"), InMemoryBackend(second, "V", identity=victim)], rounds=ROUNDS)
     assert len(replayer.done) == ROUNDS * 2  # every pair was offered
     for peer, other in (("A", "V"), ("V", "A")):
         results, manager = out[peer]
