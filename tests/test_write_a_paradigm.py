@@ -9,6 +9,7 @@ Each block whose first line is ``# file: <path>`` is written to that path under 
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -100,3 +101,17 @@ def test_the_recipe_of_the_page_validates(toy: Path, capsys: pytest.CaptureFixtu
     assert "PYTHONPATH=. genrl-swarm validate --recipe toy/recipe.yaml" in PAGE.read_text()
     code = cli_main(["validate", "--recipe", "toy/recipe.yaml"])
     assert code == 0, capsys.readouterr().err
+
+
+def test_the_recipe_of_the_page_runs(toy: Path) -> None:
+    """``genrl-swarm run --recipe toy/recipe.yaml``, in this process: every peer's metrics.jsonl
+    has the learner's ``toy/mean`` near the secret and the greedy ``eval/reward``, as the page says."""
+    from genrl_swarm.config import load_recipe
+    from genrl_swarm.run.launcher import run_recipe
+
+    assert "PYTHONPATH=. genrl-swarm run --recipe toy/recipe.yaml" in PAGE.read_text()
+    summary = run_recipe(load_recipe("toy/recipe.yaml", ["run.console=false", "run.plot=false"]))
+    assert sorted(summary.standings) == ["peer-0", "peer-1"]
+    for peer in ("peer-0", "peer-1"):
+        rows = [json.loads(line) for line in (toy / "runs" / "toy" / peer / "metrics.jsonl").read_text().splitlines()]
+        assert len(rows) == 12 and abs(rows[-1]["toy/mean"] - SECRET) < 0.5 and rows[-1]["eval/reward"] > 0.9
