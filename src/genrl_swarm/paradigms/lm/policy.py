@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,11 +30,14 @@ from genrl_swarm.paradigms.lm.decoder import Decoder, supports
 from genrl_swarm.paradigms.lm.model_digest import ModelDigest, adapter_bytes, load_adapter, model_digest
 from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, apply_lora, check_model, load_peer_model
 from genrl_swarm.paradigms.lm.packed import PackCache
+from genrl_swarm.paradigms.lm.precision import inexact_fp32
 from genrl_swarm.paradigms.lm.sampling import Sampled, hf_sample, sample
 from genrl_swarm.paradigms.lm.sampling_model import DTYPES, SamplingModel
 from genrl_swarm.paradigms.lm.seeding import Uniforms
 from genrl_swarm.paradigms.lm.static_sampling import StepFn, sample_static
 from genrl_swarm.paradigms.lm.verify import check_bodies
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = "You are a careful assistant. Reason briefly, then give only the final answer inside <answer></answer> tags."
 
@@ -147,6 +151,8 @@ class LMPolicy(Policy):
         self._compiled: tuple[Any, StepFn] | None = None  # (module, its compiled decode step)
         self._packs = self.base.packs if self.base is not None else PackCache()  # the decode weights packed for oneDNN
         self._scratch: Any = None  # a shell of the shared base for other peers' adapters (``sender_model``)
+        self._inexact: str | None = None  # why a draw this round was not exact fp32 (``committed_model``)
+        self._told: str | None = None  # the last such reason logged
 
     @classmethod
     def preflight(cls, arguments: Mapping[str, Any]) -> None:
@@ -176,6 +182,7 @@ class LMPolicy(Policy):
     def begin_round(self, seed: ActSeed) -> None:
         """This round's samples draw with keys from ``seed`` (``lm.seeding``)."""
         self.act_seed = seed
+        self._inexact = None
 
     def local_seed(self) -> ActSeed:
         """Keys for a sampling call outside a game's round (tests, benchmarks, warm-ups): a fresh
@@ -207,6 +214,7 @@ class LMPolicy(Policy):
     def _generate(self, ids: torch.Tensor, mask: torch.Tensor, n: int, greedy: bool, uniforms: Uniforms | None) -> Sampled:
         cfg = self.sampling
         model = self.sampling_model()
+        self._inexact = self._inexact or inexact_fp32(self.device, next(model.parameters()).dtype)  # at draw time: flags can change
         if cfg.sampler == "hf":
             return hf_sample(model, ids, mask, n, cfg.max_new_tokens, self.eos_ids, self.tokenizer.pad_token_id,
                              cfg.temperature, cfg.top_p, greedy, self._stop.is_set)  # fmt: skip
@@ -338,6 +346,12 @@ class LMPolicy(Policy):
         cfg = self.sampling
         if self.base is None or self.lora is None or cfg.sampler != "lean" or cfg.dtype != "float32":
             return None
+        why = self._inexact or inexact_fp32(self.device, next(self.base.model.parameters()).dtype)
+        if why is not None:
+            if why != self._told:  # once per reason: it holds round after round
+                log.warning("this peer's draws are not exact fp32 (%s): it commits no model, so no peer can check its bodies", why)
+                self._told = why
+            return None
         digest = self.model_digest()
         return f"lm1:{digest.base}:{digest.adapter}:{cfg.temperature!r}:{cfg.top_p!r}", adapter_bytes(self.model)
 
@@ -358,6 +372,9 @@ class LMPolicy(Policy):
             return "this peer holds no shared base to rebuild adapters on"
         if base != self.base.digest():
             return "another base model"
+        inexact = inexact_fp32(self.device, next(self.base.model.parameters()).dtype)
+        if inexact is not None:
+            return f"this peer's forward is not exact fp32 ({inexact})"
         try:
             t, p = float(temperature), float(top_p)
         except ValueError:

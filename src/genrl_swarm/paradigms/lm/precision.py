@@ -48,3 +48,21 @@ def autocast(dtype: torch.dtype, device_type: str) -> Iterator[None]:
         return
     with torch.autocast(device_type=device_type, dtype=dtype):
         yield
+
+
+def inexact_fp32(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why draws (or a check's forward) in ``dtype`` on ``device`` are not exact fp32, or None.
+
+    ``lm.verify``'s tolerance holds fp32 matmuls on any CPU or GPU kernel (measured on an H200
+    against CPUs, docs/benchmarks.md), not bf16 weights, and not TF32 (``torch.backends.cuda.
+    matmul.allow_tf32``, or ``torch.set_float32_matmul_precision("high")``, a common GPU setting):
+    a TF32 sender failed 22% of an fp32 receiver's checks on the tiny model and every one on
+    SmolLM2. A peer that draws or checks so commits no model and checks no one, rather than have
+    honest peers prove each other wrong."""
+    if dtype != torch.float32:
+        return f"{str(dtype).removeprefix('torch.')} weights"
+    if torch.get_float32_matmul_precision() != "highest":
+        return f"float32 matmul precision {torch.get_float32_matmul_precision()!r}"
+    if device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return "TF32 matmuls (torch.backends.cuda.matmul.allow_tf32)"
+    return None
