@@ -3,7 +3,7 @@ peer of four sending the most legal pulls of each context's second-best arm with
 log-prob -50, run by real peers in the in-memory swarm. Before: every such pull got the cap
 weight 2 and the three honest learners ended near 0.6 (the wrong arm on ~40% of contexts).
 Since issue 42.3 no claim enters a step: the bandit's (tests/test_trust_v4_flood.py) nor a swarm
-token's in GRPO (weighted from the receiver's own policy, below)."""
+token's in GRPO (weighted min(1, n * the receiver's own probability of it), below)."""
 
 from __future__ import annotations
 
@@ -37,30 +37,39 @@ def test_the_flooder_no_longer_pulls_honest_learners_to_the_wrong_arm(claimed: f
 def test_grpo_a_swarm_tokens_claim_is_not_read() -> None:
     """The same two completions as tests/test_off_policy.py's, the second claiming a behaviour
     log-prob 5 below the learner's (weight e^5), 0.5 below, or 3 above: from this peer's own
-    stale rollout the claim weighs (capped at 2, or masked); from a swarm sender every claim
-    gives the plain gradient, weight 1 (issue 42.3; before: 0 when implausible, 1 when capped,
-    e^-3 when claimed above: a claim could still lower chosen tokens)."""
+    stale rollout the claim weighs (capped at 2, or masked); from a swarm sender every claim, in
+    every mode, gives one gradient, each token weighing min(1, 4 p) by the learner's own p (issue
+    42.3; before: 0 when implausible, 1 when capped, e^-3 when claimed above: a claim could still
+    lower chosen tokens). The untrained tiny model finds these tokens unlikely (p ~ 1e-4), so they
+    weigh far less than the own on-policy tokens of the plain gradient."""
     from test_off_policy import gradient
 
-    plain = gradient("none", (0.0, 5.0), sender="peer")[0]
-    for mode in ("tis", "decoupled"):
+    reference, expected = gradient("tis", (0.0, 0.0), sender="peer")
+    for mode in ("none", "tis", "decoupled"):
         for shift in ((0.0, 5.0), (0.0, 0.5), (0.0, -3.0)):
             swarm, metrics = gradient(mode, shift, sender="peer")
-            assert torch.allclose(swarm, plain, rtol=1e-3, atol=1e-7), (mode, shift)
-            assert metrics["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+            assert torch.allclose(swarm, reference, rtol=1e-3, atol=1e-12), (mode, shift)
+            assert metrics["train/is_weight_mean"] == pytest.approx(expected["train/is_weight_mean"], rel=1e-4)
+    assert 0 < expected["train/is_weight_mean"] < 0.01
+    plain = gradient("none", (0.0, 5.0))[0]  # own rows: every token weighs 1
+    assert not torch.allclose(reference, plain, rtol=1e-3, atol=1e-7)
     own_tis = gradient("tis", (0.0, 0.5))[0]
     assert not torch.allclose(own_tis, plain, rtol=1e-3, atol=1e-7)  # an own claim still weighs: e^0.5
 
 
-def test_grpo_loss_weighs_swarm_rows_from_the_receivers_policy() -> None:
+def test_grpo_loss_weighs_swarm_tokens_by_the_receivers_probability() -> None:
+    """A swarm token weighs min(1, n * p), p this peer's probability of it, n its draws per
+    prompt, whatever its claim and the mode; inf draws: 1 (the rule before the bound)."""
     from genrl_swarm.paradigms.lm.grpo_loss import importance_weights
 
-    prox = torch.zeros(2, 2)
+    prox = torch.log(torch.tensor([[1.0, 0.1], [0.5, 0.02]]))
     behaviour = torch.tensor([[-0.5, -50.0], [-0.5, -50.0]])
-    for mode in ("tis", "decoupled"):
-        weight, keep = importance_weights(prox, behaviour, mode, 2.0, swarm=torch.tensor([0.0, 1.0]))
-        assert weight[1].tolist() == [1.0, 1.0] and keep[1].tolist() == [1.0, 1.0]  # swarm: its claims unread
-    weight, keep = importance_weights(prox, behaviour, "tis", 2.0, swarm=torch.tensor([0.0, 1.0]))
+    swarm = torch.tensor([0.0, 1.0])
+    for mode in ("none", "tis", "decoupled"):
+        weight, keep = importance_weights(prox, behaviour, mode, 2.0, swarm=swarm, draws=4)
+        assert weight[1].tolist() == pytest.approx([1.0, 0.08]) and keep[1].tolist() == [1.0, 1.0], mode
+        assert importance_weights(prox, behaviour, mode, 2.0, swarm=swarm, draws=math.inf)[0][1].tolist() == [1.0, 1.0], mode
+    weight, keep = importance_weights(prox, behaviour, "tis", 2.0, swarm=swarm, draws=4)
     assert weight[0].tolist() == pytest.approx([math.exp(0.5), 2.0])  # own row: its claims, the is_cap
 
 

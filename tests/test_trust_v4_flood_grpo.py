@@ -3,10 +3,11 @@
 Claims: a swarm token's claimed log-prob is not read, so the same flood with any claim plays the
 same run bit for bit; under the rules before issue 42.3 (the control) the claim changed the run.
 
-Selective reporting, the known gap: a flooder that sends only good-but-not-best completions (the
-decoy, worth 0.5) among bad ones still costs the honest learners far more than the goal's 10%,
-because each swarm completion counts as if the receiver had sampled it, against an own group
-that early on is often all zero. Marked xfail(strict) so the fix is noticed when it lands.
+Selective reporting: a flooder that sends only good-but-not-best completions (the decoy, worth
+0.5) among bad ones, each counted as if the receiver had sampled it, against an own group that
+early on is often all zero. A swarm token now weighs min(1, n * the receiver's own probability of
+it) (``lm/grpo_loss.py``), which bounds what completions the receiver would rarely draw can do;
+under the rule before (every swarm token weighing 1, ``equal-weight``) the same flood cost 59.6%.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def test_no_claimed_log_prob_changes_an_honest_grpo_learner() -> None:
     assert abs(control[0] - control[1]) > 0.1, control  # the control reads them: the check above could fail
 
 
-@pytest.mark.xfail(strict=True, reason="selective reporting: each swarm completion counts as an own sample (docs/trust.md)")
 def test_the_decoy_flood_costs_at_most_a_tenth_of_honest_eval() -> None:
-    drop = 1 - honest_eval(0, decoy_among_zeros(-30.0), rules="now") / grpo_swarm.alone(0)
-    assert drop <= 0.10, drop  # measured 59.6% on this seed set
+    drop = {rules: 1 - honest_eval(0, decoy_among_zeros(-30.0), rules=rules) / grpo_swarm.alone(0, rules) for rules in ("now", "equal-weight")}
+    assert drop["now"] <= 0.10, drop  # measured 0.3% on this seed set
+    assert drop["equal-weight"] > 0.3, drop  # every swarm token weighing 1 (the rule before): 59.6%

@@ -9,9 +9,11 @@ sampling temperature over held-out prompts, one forward each (no sampling noise 
 
 The swarm is three honest peers and, optionally, a fourth (the flooder) on an in-memory board
 with a fixed epoch per seed set, so two runs of one seed set draw the same keys: arms differ only
-by what the fourth peer sends (common random numbers). Besides the learner as it is (``now``):
+by what the fourth peer sends (common random numbers). Besides the learner as it is (``now``: a
+swarm token weighs min(1, n * the receiver's own probability of it), ``lm/grpo_loss.py``):
 ``ClaimsReadLearner`` is the control arm (the rules before issue 42.3, under which claims and
-composition steer), ``OwnProbabilityLearner`` a candidate fix not in the library yet.
+composition steer), ``EqualWeightLearner`` the rules between issue 42.3 and that bound (claims
+unread, every swarm token weighing what an own on-policy token weighs).
 """
 
 from __future__ import annotations
@@ -126,31 +128,17 @@ class ClaimsReadLearner(GRPOLearner):
         return super().units([dataclasses.replace(s, swarm=False) for s in samples])
 
 
-class OwnProbabilityLearner(GRPOLearner):
-    """A candidate fix, the bandit's rule carried over (``games/bandit/gradient.py``): a swarm token
-    weighs min(1, n * p), with p this peer's own probability of it and n = ``num_generations`` (the
-    tokens it would draw that often among its own n samples weigh what an own one does; a token it
-    would rarely draw, what it would weigh in expectation). Claims stay unread: the weight is
-    handed to the loss as a behaviour log-prob max(log p, -log n), with the truncated weight
-    (``tis``, cap >= 1) of the rows this peer checks; one extra forward over the swarm's rows."""
+class EqualWeightLearner(GRPOLearner):
+    """The rules before a swarm token's weight was bounded by the receiver's probability of it: its
+    claim unread, it weighs what an own on-policy token weighs (1), however unlikely this peer
+    finds it (``swarm_draws`` inf: min(1, inf * p) = 1)."""
 
-    def units(self, samples: Sequence[Sample]) -> list:  # type: ignore[type-arg]
-        theirs = [i for i, s in enumerate(samples) if s.swarm]
-        if not theirs:
-            return super().units(samples)
-        floor = -math.log(self.policy.sampling.num_generations)
-        batch = self.collate([samples[i] for i in theirs])
-        with torch.no_grad():
-            own = self.token_logps(self.model, batch).clamp(min=floor)
-        rows = list(samples)
-        for i, logp in zip(theirs, own):
-            n = len(rows[i].completion_ids)
-            rows[i] = dataclasses.replace(rows[i], logprobs=logp[logp.shape[0] - n :].tolist(), swarm=False)
-        return super().units(rows)
+    def swarm_draws(self) -> float:
+        return math.inf
 
 
-Rules = Literal["now", "control", "own-probability"]
-LEARNERS: dict[str, type[GRPOLearner]] = {"now": GRPOLearner, "control": ClaimsReadLearner, "own-probability": OwnProbabilityLearner}
+Rules = Literal["now", "control", "equal-weight"]
+LEARNERS: dict[str, type[GRPOLearner]] = {"now": GRPOLearner, "control": ClaimsReadLearner, "equal-weight": EqualWeightLearner}
 
 
 def policy(seed: int, rank: int, cls: type[LMPolicy] = LMPolicy, **kwargs: object) -> LMPolicy:

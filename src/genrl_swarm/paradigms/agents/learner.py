@@ -26,7 +26,7 @@ GRPOLearner's own code.
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -123,7 +123,7 @@ class AgentLearner(GRPOLearner):
         super().__init__(policy, grpo, seed)
         self.normalize, self.step_weight, self.step_discount = normalize, step_weight, step_discount
         self._tasks: Mapping[str, Task] = {}
-        self._me: str | None = None  # this peer, while training: the swarm's episodes get the swarm cap
+        self._me: str | None = None  # this peer, while training: the swarm's episodes are weighted by its policy
 
     def select(self, state: GameState, rewards: RoundRewards) -> list[ScoredRollout]:
         """``num_local`` own episodes and ``num_external`` of the swarm's (SAPO), GRPOLearner's draw."""
@@ -163,6 +163,13 @@ class AgentLearner(GRPOLearner):
             swarm = self._me is not None and s.rollout.peer_id != self._me
             out.extend(dataclasses.replace(r, swarm=swarm) for r in rows if r is not None)
         return out
+
+    def swarm_draws(self) -> float:
+        """A group here is ``group_size`` copies of one task instance, not ``num_generations``
+        samples (unused by agents): n in a swarm token's weight min(1, n * p) is the copies of
+        one instance this peer plays this round."""
+        copies = Counter(task_of(self._tasks, t)[1] for t in self._tasks)
+        return float(max(copies.values(), default=1))
 
     def collate(self, samples: Sequence[Sample]) -> Batch:
         """GRPOLearner's batch, with each episode's mask where it marks a solid completion."""

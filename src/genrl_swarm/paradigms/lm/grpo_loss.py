@@ -16,10 +16,15 @@ Weights are detached: they reweigh the gradient, they are not optimised.
 
 A swarm token's mu is only its sender's claim: a tiny claim raised its weight, a large one
 lowered it, token by token (a cap of 1 and a plausibility check bounded the first, not the
-second). Rows marked ``swarm`` are therefore weighted from this peer's own policy, not the claim:
-their behaviour is taken to be the proximal policy (``behaviour_of``), so a swarm token weighs
-exactly what one of this peer's own on-policy tokens weighs, whatever its sender claims (issue
-42.3; the group's advantages are this peer's too: ``swarm_baseline``). With nucleus
+second), and nothing a receiver holds can check it. Rows marked ``swarm`` are therefore weighted
+from this peer's own policy, never the claim (issue 42.3; the group's advantages are this peer's
+too: ``swarm_baseline``): a swarm token weighs min(1, n * pi_prox), n the completions this peer
+draws per prompt (``behaviour_of``). A token this peer would draw about once or more among its
+own n weighs what an own on-policy token weighs; one it finds unlikely weighs what it would in
+expectation, n * pi_prox. That bounds what a sender picking completions can do with tokens the
+receiver would rarely draw itself (selective reporting: only good-but-not-best completions, never
+the best, each counted as if this peer had sampled it), as the bandit's learner weighs observed
+arms by its own policy (``games/bandit/gradient.py``). With nucleus
 sampling (top_p < 1) mu is the renormalised nucleus while pi_prox is the full tempered softmax,
 so even on-policy weights sit below 1 (by the kept mass): the right weight for learning the
 untruncated policy from truncated samples.
@@ -27,6 +32,7 @@ untruncated policy from truncated samples.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -84,33 +90,43 @@ def raw_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor) -> torch.
     return torch.exp((prox_logp - behaviour_logp).detach().clamp(max=MAX_LOG_WEIGHT))
 
 
-def behaviour_of(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, swarm: torch.Tensor | None) -> torch.Tensor:
-    """The behaviour log-probs the weights use: the claimed ones for this peer's own rows, the
-    proximal policy's (detached) for rows another peer sent, whose claims are not read."""
+def behaviour_of(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, swarm: torch.Tensor | None, draws: float = 1.0) -> torch.Tensor:
+    """The behaviour log-probs the weights use: the claimed ones for this peer's own rows; for
+    rows another peer sent, whose claims are not read, max(log pi_prox, -log ``draws``)
+    (detached), so their weight pi_prox/mu is min(1, draws * pi_prox). ``draws``: the completions
+    this peer samples per prompt (inf: every swarm token weighs 1, the rule before the bound)."""
     if swarm is None:
         return behaviour_logp
-    return torch.where(swarm.unsqueeze(1) > 0, prox_logp.detach(), behaviour_logp)
+    own = prox_logp.detach().clamp(min=-math.log(draws))
+    return torch.where(swarm.unsqueeze(1) > 0, own, behaviour_logp)
 
 
 def importance_weights(
-    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mode: OffPolicy, cap: float, swarm: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mode: OffPolicy, cap: float, swarm: torch.Tensor | None = None,
+    draws: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(per-token weight applied to the surrogate, per-token keep mask), both detached.
 
     ``none``: 1 and keep all; ``tis``: min(pi_prox/mu, cap), keep all; ``decoupled``:
     pi_prox/mu, keep only tokens with pi_prox/mu <= cap. ``swarm`` ([B], 1 for a row another
-    peer sent): those rows weigh 1 and are kept, their claims unread (``behaviour_of``).
+    peer sent): those rows weigh min(1, ``draws`` * pi_prox) in every mode and are kept, their
+    claims unread (``behaviour_of``): the bound is a defence, not an off-policy correction.
     """
-    raw = raw_weights(prox_logp, behaviour_of(prox_logp, behaviour_logp, swarm))
+    raw = raw_weights(prox_logp, behaviour_of(prox_logp, behaviour_logp, swarm, draws))
     ones = torch.ones_like(raw)
     if mode == "none":
-        return ones, ones  # the claim is not used: nothing to inflate
-    if mode == "tis":
-        return torch.minimum(raw, torch.full_like(raw, cap)), ones
-    if mode == "decoupled":
+        weight, keep = ones, ones  # the claim is not used: nothing to inflate
+    elif mode == "tis":
+        weight, keep = torch.minimum(raw, torch.full_like(raw, cap)), ones
+    elif mode == "decoupled":
         keep = (raw <= cap).to(raw.dtype)
-        return raw * keep, keep
-    raise ValueError(f"off_policy must be none, tis or decoupled, got {mode!r}")
+        weight = raw * keep
+    else:
+        raise ValueError(f"off_policy must be none, tis or decoupled, got {mode!r}")
+    if swarm is None:
+        return weight, keep
+    theirs = swarm.unsqueeze(1) > 0
+    return torch.where(theirs, raw, weight), torch.where(theirs, ones, keep)
 
 
 def grpo_loss(
@@ -129,6 +145,7 @@ def grpo_loss(
     off_policy: OffPolicy = "none",
     is_cap: float = 2.0,
     swarm: torch.Tensor | None = None,
+    swarm_draws: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss of a micro-batch, normalised by the *whole* batch's size so accumulating micro-batch
     gradients equals one full-batch step.
@@ -138,12 +155,13 @@ def grpo_loss(
     every completion token of the batch (DAPO); ``sequence`` averages tokens within a sequence,
     then sequences (GRPO). Stats are means over this micro-batch's tokens (``tokens`` of them);
     the importance-weight stats describe the raw weight pi_prox/mu, whatever the mode.
-    ``swarm`` ([B], 1 for rows other peers sent): their claims are not read (``behaviour_of``).
+    ``swarm`` ([B], 1 for rows other peers sent): their claims are not read; their tokens weigh
+    min(1, ``swarm_draws`` * pi_prox) (``behaviour_of``).
     """
     objective, clipped = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high)
     mask = mask.to(objective.dtype)
-    behaviour = behaviour_of(old_logp, old_logp.detach() if behaviour_logp is None else behaviour_logp, swarm)
-    weight, _ = importance_weights(old_logp, behaviour, off_policy, is_cap, swarm)
+    behaviour = behaviour_of(old_logp, old_logp.detach() if behaviour_logp is None else behaviour_logp, swarm, swarm_draws)
+    weight, _ = importance_weights(old_logp, behaviour, off_policy, is_cap, swarm, swarm_draws)
     per_token = -objective * weight
     kl = torch.zeros_like(per_token)
     if beta > 0:

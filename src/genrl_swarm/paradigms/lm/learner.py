@@ -105,7 +105,7 @@ class Batch:
     behaviour_logp: torch.Tensor  # [B, width], 0 where the mask is 0
     prox_logp: torch.Tensor | None = None  # [B, width], stored when num_epochs > 1
     ref_logp: torch.Tensor | None = None
-    swarm: torch.Tensor | None = None  # [B], 1 for a row another peer sent (its weight capped)
+    swarm: torch.Tensor | None = None  # [B], 1 for a row another peer sent (weighted by this peer's policy)
 
     @property
     def width(self) -> int:
@@ -120,7 +120,7 @@ class Sample:
     completion_ids: Sequence[int]
     logprobs: Sequence[float]
     advantage: float
-    swarm: bool = field(default=False, kw_only=True)  # another peer sent it: its claimed log-probs get the swarm cap
+    swarm: bool = field(default=False, kw_only=True)  # another peer sent it: its claims unread, weighted by this peer's policy
 
 
 def sampler_dtype(policy: LMPolicy) -> torch.dtype:
@@ -215,6 +215,14 @@ class GRPOLearner(Learner):
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
     # ------------------------------------------------------------------ training
+    def swarm_draws(self) -> float:
+        """n in a swarm token's weight min(1, n * this peer's probability of it) (``grpo_loss``):
+        the completions this peer draws per prompt, so a token it would draw about once among
+        its own weighs what an own one does. Claimed log-probs are unchecked, so a sender could
+        otherwise pick, among legal completions, ones this peer would rarely draw and have each
+        count as if this peer had sampled it."""
+        return float(self.policy.sampling.num_generations)
+
     def compute_dtype(self) -> torch.dtype:
         """The forward/backward matmul precision (parameters and optimiser stay float32)."""
         device_type = torch.device(self.device).type
@@ -251,6 +259,7 @@ class GRPOLearner(Learner):
         sums = dict.fromkeys(("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl"), 0.0)
         acc = {"loss": 0.0, "is_max": 0.0}
         params = [p for p in self.model.parameters() if p.requires_grad]
+        draws = self.swarm_draws()
 
         def loss_of(logp: torch.Tensor, unit: Batch | Chunk) -> torch.Tensor:
             # Proximal policy: the weights before this update. With one epoch that is the
@@ -259,7 +268,7 @@ class GRPOLearner(Learner):
             loss, s = grpo_loss(
                 logp, prox, unit.advantages, unit.completion_mask, self.cfg.epsilon_low, self.cfg.epsilon_high,
                 self.cfg.beta, unit.ref_logp, self.cfg.loss_aggregation, total_tokens, float(len(samples)),
-                unit.behaviour_logp, self.cfg.off_policy, self.cfg.is_cap, unit.swarm,
+                unit.behaviour_logp, self.cfg.off_policy, self.cfg.is_cap, unit.swarm, draws,
             )  # fmt: skip
             acc["loss"] += float(loss.detach())
             for k in sums:
