@@ -11,16 +11,19 @@ recomputed by each receiver); only its policy is hostile.
 The game (tests/helpers/grpo_swarm.py) is one the flood could move: the first token scores 1 for
 the seed set's target digit, 0.5 for its decoy, else 0; the tiny model starts near 0.1 and the
 three honest peers alone reach 0.6-0.9 in 8 rounds. The eval is exact (the expected first-token
-reward on 32 held-out prompts). Two arms, each searched on its own:
+reward on 32 held-out prompts). Arms, each searched on its own:
 
-- ``now``: the learner as it is (swarm claims unread, swarm groups against the own group);
+- ``now``: the learner as it is (swarm claims unread, swarm groups against the own group, a swarm
+  token weighing min(1, n * the receiver's own probability of it));
 - ``control``: every peer learns by the rules before issue 42.3 (claims read with the own
   tokens' cap, each group normalised by itself): shows what the search finds where claims and
   composition do steer, so a small number for ``now`` is not a blind search;
-- ``own-probability``: a candidate fix not in the library (``OwnProbabilityLearner``: a swarm
-  token weighs min(1, n * its own probability), the bandit's rule), searched like ``now``.
+- ``equal-weight``: the rules between issue 42.3 and the bound (every swarm token weighing 1).
 
-Then each arm's worst plan is played against the other arm's learner on every seed set.
+Then each arm's worst plan is played against the other arms' learners on every seed set.
+``--aware``: the plan space of an attacker aware of the bound: the role ``likely`` (the flooder's
+own most likely token other than the target, so its picks weigh what an own sample would) and
+known plans built on it, late starts (when the decoy has grown likely) among them.
 ``--adapters``: every peer is a LoRA adapter on the shared base, so it commits to its adapter and
 receivers spot-check its bodies against it (a picked completion is then a forgery, and a proof).
 
@@ -46,7 +49,7 @@ from common import machine  # noqa: E402
 from flood_search import Result, Space, report, search  # noqa: E402
 
 from helpers import grpo_swarm  # noqa: E402
-from helpers.grpo_flood import Completion, GRPOFloodPlan, GRPOFloodPolicy, mutate, random_plan, shape  # noqa: E402
+from helpers.grpo_flood import AWARE_ROLES, Completion, GRPOFloodPlan, GRPOFloodPolicy, mutate, random_plan, shape  # noqa: E402
 from helpers.grpo_swarm import MAX_NEW_TOKENS as LONG  # noqa: E402
 from helpers.grpo_swarm import Rules  # noqa: E402
 
@@ -67,6 +70,18 @@ KNOWN = (
     GRPOFloodPlan(_many(1, "decoy", "rare", LONG, -30.0) + _many(1, "zero", "zero", LONG, -30.0), share=0.5),
 )
 SPACE = Space(KNOWN, random_plan, mutate, shape)
+#: Plans aware of the bound: picks the receiver finds likely (its likeliest wrong first token, then
+#: its likeliest continuation), the decoy with a likely continuation, and floods that wait until
+#: honest training has made the decoy likely.
+AWARE = (
+    GRPOFloodPlan(_many(1, "decoy", "likely", LONG, -30.0) + _many(3, "likely", "likely", LONG, -30.0)),
+    GRPOFloodPlan(_many(1, "decoy", "likely", LONG, 0.0) + _many(1, "likely", "likely", LONG, 0.0), share=0.5),
+    GRPOFloodPlan(_many(4, "likely", "likely", LONG, 0.0)),
+    GRPOFloodPlan(_many(1, "decoy", "likely", LONG, -30.0) + _many(3, "zero", "likely", LONG, -30.0), honest_until=3),
+    GRPOFloodPlan(_many(1, "decoy", "decoy", LONG, -30.0) + _many(3, "zero", "zero", LONG, -30.0), honest_until=4),
+    GRPOFloodPlan(_many(1, "decoy", "likely", 1, 0.0) + _many(1, "likely", "likely", 1, 0.0), honest_until=2),
+)
+AWARE_SPACE = Space(KNOWN + AWARE, lambda rng: random_plan(rng, AWARE_ROLES), lambda plan, rng: mutate(plan, rng, AWARE_ROLES), shape)
 
 
 def honest_eval(seed: int, plan: GRPOFloodPlan | None, rules: Rules) -> float:
@@ -109,19 +124,22 @@ def main() -> None:
     p.add_argument("--search-seed", type=int, default=0)
     p.add_argument("--adapters", action="store_true", help="adapter peers on a shared base: their bodies are spot-checked")
     p.add_argument("--spot-checks", type=int, default=1, help="with --adapters: bodies per sender and stage each receiver checks")
-    p.add_argument("--arms", nargs="+", choices=["now", "control", "own-probability"], default=["now", "control"])
+    p.add_argument("--arms", nargs="+", choices=["now", "control", "equal-weight"], default=["now", "control"])
+    p.add_argument("--aware", action="store_true", help="the plan space of an attacker aware of the bound (role likely)")
     args = p.parse_args()
     if args.adapters:
         grpo_swarm.use_adapters(args.spot_checks)
     peers = f"adapter peers, {args.spot_checks} spot check(s) per sender and stage" if args.adapters else "full models"
-    print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.1f} | {peers}")
+    space = AWARE_SPACE if args.aware else SPACE
+    print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.1f} | {peers}"
+          f" | plan space: {'aware of the bound' if args.aware else 'base'}")  # fmt: skip
     print(f"untrained eval: {statistics.mean(grpo_swarm.untrained(s) for s in range(args.seeds)):.3f}")
     results: dict[Rules, Result[GRPOFloodPlan]] = {}
     for name in args.arms:  # type: Rules
         start = time.monotonic()
         screen, climb = (args.control_screen, args.control_climb) if name == "control" else (args.screen, args.climb)
         play = arm(name)
-        results[name] = search(SPACE, play, args.seeds, screen, climb, random.Random(args.search_seed), args.screen_seeds)
+        results[name] = search(space, play, args.seeds, screen, climb, random.Random(args.search_seed), args.screen_seeds)
         print(f"\n[{name}] plans tried: {results[name].tried} ({time.monotonic() - start:.0f} s); seed sets: {args.seeds}; "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
         print("\n".join(report(results[name], GRPOFloodPlan.describe, args.seeds)), flush=True)

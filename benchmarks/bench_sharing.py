@@ -12,14 +12,21 @@ trains on at most ``tasks`` groups (isolated: all its own; sharing: half own, ha
 Per arm and seed: greedy held-out accuracy before, during (the curve) and after training, per
 operation and overall (mean over peers). Mean ± sd over seeds, and the per-seed difference.
 
+Arms (``--arms``): ``isolated``; ``sharing`` (the learner as it is: a swarm token weighs min(1, n *
+the receiver's own probability of it), ``lm/grpo_loss.py``); ``sharing-equal-weight`` (every swarm
+token weighing 1, the rule before that bound: does the bound cost sharing its gain?).
+
     python benchmarks/bench_sharing.py --model tiny-random --rounds 2 --seeds 1 --eval-size 9   # smoke
     python benchmarks/bench_sharing.py                                                          # SmolLM2, 3 seeds
+    python benchmarks/bench_sharing.py --arms sharing sharing-equal-weight isolated             # the bound's cost
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -50,7 +57,11 @@ def by_op(managers: list, tasks: list) -> dict[str, float]:
     return out
 
 
-def play(a: argparse.Namespace, seed: int, shared: bool) -> Outcome:
+ARMS = ("sharing", "isolated", "sharing-equal-weight")
+
+
+def play(a: argparse.Namespace, seed: int, arm: str) -> Outcome:
+    shared = arm != "isolated"
     half = a.tasks // 2
     local, external = (half, a.tasks - half) if shared else (a.tasks, 0)
     specialties = [f"+data.peer_ops.peer-{i}=['{op}']" for i, op in enumerate(OPS)]
@@ -66,6 +77,9 @@ def play(a: argparse.Namespace, seed: int, shared: bool) -> Outcome:
             f"learner.grpo.num_local={local}", f"learner.grpo.num_external={external}",
         ])  # fmt: skip
         managers, _ = build_managers(cfg)
+        if arm == "sharing-equal-weight":
+            for m in managers:  # the rule before the bound: min(1, inf * p) = 1 for every swarm token
+                m.learner.swarm_draws = lambda: math.inf
         held_out = managers[0].data.eval_tasks()
         before = by_op(managers[:1], held_out)
         curve = HeldOutEval(every=a.every, max_rounds=a.rounds)
@@ -90,12 +104,13 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--eval-size", type=int, default=48)
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=["sharing", "isolated"])
     a = p.parse_args()
     start, load = time.perf_counter(), os.getloadavg()[0]
-    results: dict[str, list[Outcome]] = {"sharing": [], "isolated": []}
+    results: dict[str, list[Outcome]] = {name: [] for name in a.arms}
     for seed in range(a.first_seed, a.first_seed + a.seeds):
-        for name, outcomes in results.items():  # both arms per seed, side by side in time
-            outcomes.append(play(a, seed, name == "sharing"))
+        for name, outcomes in results.items():  # every arm per seed, side by side in time
+            outcomes.append(play(a, seed, name))
         report(a, results, start, load)  # after every seed: a run cut short still leaves its table
 
 
@@ -103,15 +118,17 @@ def report(a: argparse.Namespace, results: dict[str, list[Outcome]], start: floa
     print(f"\n{machine()} | load average {load:.1f} at start, {os.getloadavg()[0]:.1f} now")
     print(f"digits, model {a.model}, {len(OPS)} specialist peers (peer i trains on {', '.join(OPS)}[i]), per-peer questions, "
           f"{a.rounds} rounds, {a.tasks} questions x {a.generations} generations x {a.max_new_tokens} tokens per peer-round, "
-          f"lr {a.lr}, held-out {a.eval_size} problems over all operations (greedy), {len(results['isolated'])} seed(s), "
-          f"{time.perf_counter() - start:.0f} s")  # fmt: skip
+          f"lr {a.lr}, held-out {a.eval_size} problems over all operations (greedy), {len(next(iter(results.values())))} seed(s), "
+          f"{time.perf_counter() - start:.0f} s, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")  # fmt: skip
     cols = [*OPS, "all"]
     rows = [[name, "before", *(mean_sd([o.before[c] for o in v]) for c in cols)] for name, v in results.items()]
     rows += [[name, "after", *(mean_sd([o.after[c] for o in v]) for c in cols)] for name, v in results.items()]
     print(table(["arm", "when", *(f"acc {c}" for c in cols)], rows))
-    diffs = [s.after["all"] - i.after["all"] for s, i in zip(results["sharing"], results["isolated"])]
-    print(f"sharing - isolated, overall held-out accuracy after training, per seed: {', '.join(f'{d:+.3f}' for d in diffs)}"
-          f" (mean {mean_sd(diffs) if len(diffs) > 1 else f'{diffs[0]:+.3f}'})")  # fmt: skip
+    for name, other in [(x, y) for i, x in enumerate(results) for y in list(results)[i + 1 :]]:
+        diffs = [s.after["all"] - i.after["all"] for s, i in zip(results[name], results[other])]
+        print(f"{name} - {other}, overall held-out accuracy after training, per seed: {', '.join(f'{d:+.3f}' for d in diffs)}"
+              f" (mean {mean_sd(diffs) if len(diffs) > 1 else f'{diffs[0]:+.3f}'})")  # fmt: skip
     for name, v in results.items():
         rounds = [r for r, _ in v[0].curve]
         print(f"curve {name}: " + ", ".join(f"{r}: {mean_sd([dict(o.curve)[r] for o in v])}" for r in rounds), flush=True)
