@@ -59,6 +59,7 @@ from genrl_swarm.core import (  # noqa: E402
     Task,
     Weights,
 )
+from genrl_swarm.core.admission import admit
 from genrl_swarm.core.bodies import Array, ArraySpec, Episode, TokenRollout, TokenSample, Trajectory, Turn  # noqa: E402
 from genrl_swarm.core.identity import Identity  # noqa: E402
 from genrl_swarm.core.interfaces import ExchangeResult  # noqa: E402
@@ -215,7 +216,7 @@ class Arena:
         for s in range(stage + 1):
             inputs, _ = self.manager._stage_inputs(state, s)  # the loop's own isolation of peer data
             if s < stage:
-                state.record(s, inputs, {ME: self.own(inputs, 0), HONEST: self.own(inputs, 1)}, self.policy.check, self.policy.texts)
+                admit(state, s, inputs, {ME: self.own(inputs, 0), HONEST: self.own(inputs, 1)}, self.policy.check, derive=self.policy.texts)
         return state, inputs
 
     def receive(self, state: GameState, stage: int, inputs: list[StageInput], case: Case) -> tuple[ExchangeResult, RoundRewards]:
@@ -231,10 +232,10 @@ class Arena:
         over = self.manager.book.over_budget(stage, received, result.sizes)
         budget = self.manager.book.config.cpu_budget
         kept = {p: b for p, b in received.items() if p not in {d.peer_id for d in over}}
-        state.record(stage, inputs, kept, self.policy.check, self.policy.texts, budget)
+        admit(state, stage, inputs, kept, self.policy.check, derive=self.policy.texts, cpu_budget=budget)
         for s in range(stage + 1, self.stages):
             later, _ = self.manager._stage_inputs(state, s)
-            state.record(s, later, {ME: self.own(later, 0), HONEST: self.own(later, 1)}, self.policy.check, self.policy.texts, budget)
+            admit(state, s, later, {ME: self.own(later, 0), HONEST: self.own(later, 1)}, self.policy.check, derive=self.policy.texts, cpu_budget=budget)
         rewards = self.reward.score_state(state, cpu_budget=budget)
         state.drops.extend(over + [_drop(p, stage, why) for p, why in result.dropped.items()])
         return result, rewards

@@ -13,6 +13,7 @@ from genrl_swarm.paradigms.agents.episodes import ReplayMismatch, Session, task_
 
 pytest.importorskip("torch")
 from genrl_swarm.core import Episode, GameState, Task, Turn
+from genrl_swarm.core.admission import admit
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.games.agent import AgentData, AgentReward, agent_task
 from genrl_swarm.paradigms.agents.policy import AgentPolicy
@@ -56,7 +57,7 @@ def solve(policy: AgentPolicy, seed: int, answer: str | None = None) -> tuple[Ta
 
 def state_with(policy: AgentPolicy, t: Task, bodies: dict[str, Episode]) -> GameState:
     state = GameState(0, "me", {t.id: t})
-    refused = state.record(0, [t.input(0)], {p: (b,) for p, b in bodies.items()}, policy.check, policy.texts)
+    refused = admit(state, 0, [t.input(0)], {p: (b,) for p, b in bodies.items()}, policy.check, derive=policy.texts)
     assert not refused, refused
     return state
 

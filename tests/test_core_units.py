@@ -51,6 +51,7 @@ from genrl_swarm.core import (
     content_id,
     tie_break,
 )
+from genrl_swarm.core.admission import admit
 from genrl_swarm.core.bodies import MIN_COPY_UNITS, check_logprobs
 from genrl_swarm.core.identity import (
     Identity,
@@ -208,10 +209,10 @@ def round_state(tasks: int = 2, round: int = 0, peer: str = "me") -> tuple[GameS
 
 def test_a_body_built_for_another_stage_is_refused() -> None:
     state, stage0, game = round_state()
-    state.record(0, stage0, {"me": [echo(i, "a") for i in stage0]})
+    admit(state, 0, stage0, {"me": [echo(i, "a") for i in stage0]})
     stage1 = game.stage_inputs(state, 1)
     stale = echo(stage0[0], "a")  # a stage-0 body replayed in stage 1: same task, other digest
-    drops = state.record(1, stage1, {"me": [echo(i, "a") for i in stage1], "p": [stale]})
+    drops = admit(state, 1, stage1, {"me": [echo(i, "a") for i in stage1], "p": [stale]})
     assert [(d.peer_id, d.stage, d.task_id, d.kind) for d in drops] == [("p", 1, stale.task_id, "view")]  # dropped, never counted
     assert drops[0].reason == f"answers input {stage0[0].digest}, this peer built {stage1[0].digest} for task {stale.task_id}"
     assert state.select(stage=1, peer="p") == []
@@ -220,20 +221,20 @@ def test_a_body_built_for_another_stage_is_refused() -> None:
 def test_a_body_from_another_round_is_refused_as_an_unknown_task() -> None:
     state, inputs, _ = round_state(round=1)
     _, old_inputs, _ = round_state(round=0)
-    drops = state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "p": [echo(old_inputs[0], "a")]})
+    drops = admit(state, 0, inputs, {"me": [echo(i, "a") for i in inputs], "p": [echo(old_inputs[0], "a")]})
     assert [(d.reason, d.kind) for d in drops] == [(f"task {old_inputs[0].task_id} is not one of this peer's stage-0 tasks", "refused")]
     assert state.peers() == ["me"]
     # Where honest peers' tasks can differ (DataManager.tasks_differ: per-peer mixes, curriculum
     # levels) the same body is a difference of view, never counted toward quarantine.
     state, inputs, _ = round_state(round=1)
-    drops = state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "p": [echo(old_inputs[0], "a")]}, tasks_differ=True)
+    drops = admit(state, 0, inputs, {"me": [echo(i, "a") for i in inputs], "p": [echo(old_inputs[0], "a")]}, tasks_differ=True)
     assert [d.kind for d in drops] == ["foreign"] and not drops[0].kind.counted and not drops[0].kind.hard
 
 
 def test_record_keeps_rollouts_in_commitment_order_with_round_stage_and_text() -> None:
     state, inputs, game = round_state(round=3)
     received = {"z": [echo(inputs[1], "a")], "me": [echo(i, "b") for i in inputs], "a": [echo(inputs[0], "c", "d")]}
-    assert state.record(0, inputs, received, derive=game.texts) == []
+    assert admit(state, 0, inputs, received, derive=game.texts) == []
     assert [(r.peer_id, r.round, r.stage, r.task_id, r.texts) for r in state.rollouts] == [
         ("z", 3, 0, inputs[1].task_id, ("a",)),
         ("me", 3, 0, inputs[0].task_id, ("b",)),
@@ -245,7 +246,7 @@ def test_record_keeps_rollouts_in_commitment_order_with_round_stage_and_text() -
 
 def test_record_without_derive_stores_no_text() -> None:
     state, inputs, _ = round_state(tasks=1)
-    state.record(0, inputs, {"me": [echo(inputs[0], "a")]})
+    admit(state, 0, inputs, {"me": [echo(inputs[0], "a")]})
     assert state.rollouts[0].texts == ()
 
 
@@ -253,7 +254,7 @@ def test_a_refused_body_still_uses_up_its_task() -> None:
     state, inputs, _ = round_state(tasks=2)
     inp = inputs[0]
     forged = StageInput(inp.task_id, 0, "another prompt")
-    drops = state.record(0, inputs, {"p": [echo(forged, "a"), echo(inp, "a")]})
+    drops = admit(state, 0, inputs, {"p": [echo(forged, "a"), echo(inp, "a")]})
     assert [d.reason.split(" ")[0] for d in drops] == ["answers", "a"]  # forged, then "a second body" for its task
     assert state.rollouts == []
 
@@ -266,7 +267,7 @@ def test_check_refusal_is_recorded_with_its_reason() -> None:
         seen.append((body.task_id, inp.digest))
         return "too long" if body.outputs == ("long",) else None
 
-    drops = state.record(0, inputs, {"p": [echo(inputs[0], "long"), echo(inputs[1], "ok")]}, check)
+    drops = admit(state, 0, inputs, {"p": [echo(inputs[0], "long"), echo(inputs[1], "ok")]}, check)
     assert [(d.task_id, d.reason, d.kind) for d in drops] == [(inputs[0].task_id, "too long", "refused")]
     assert seen == [(i.task_id, i.digest) for i in inputs]  # check gets this peer's own input
     assert [r.task_id for r in state.rollouts] == [inputs[1].task_id]
@@ -275,23 +276,23 @@ def test_check_refusal_is_recorded_with_its_reason() -> None:
 def test_check_is_not_called_on_a_body_already_refused() -> None:
     state, inputs, _ = round_state(tasks=1)
     calls: list[str] = []
-    state.record(0, inputs, {"p": [echo(StageInput(inputs[0].task_id, 0, "x"), "a")]}, lambda b, i: calls.append("x"))
+    admit(state, 0, inputs, {"p": [echo(StageInput(inputs[0].task_id, 0, "x"), "a")]}, lambda b, i: calls.append("x"))
     assert calls == []
 
 
 def test_surplus_bodies_are_one_drop_with_the_counts() -> None:
     state, inputs, _ = round_state(tasks=2)
     bodies = [echo(inputs[0], "a"), echo(inputs[1], "a"), echo(inputs[0], "b")]
-    drops = state.record(0, inputs, {"p": bodies})
+    drops = admit(state, 0, inputs, {"p": bodies})
     assert [(d.peer_id, d.stage, d.task_id, d.reason) for d in drops] == [("p", 0, None, "3 bodies for 2 tasks; the 1 extra were not read")]
     assert len(state.select(peer="p")) == 2
-    assert state.record(1, inputs, {"q": bodies[:2]}) == []  # exactly one per task: nothing extra
+    assert admit(state, 1, inputs, {"q": bodies[:2]}) == []  # exactly one per task: nothing extra
 
 
 def test_a_second_body_for_a_task_is_dropped_and_the_first_kept() -> None:
     state, inputs, game = round_state(tasks=3)
     received = {"p": [echo(inputs[0], "first"), echo(inputs[0], "second")], "q": [echo(inputs[0], "q")]}
-    drops = state.record(0, inputs, received, derive=game.texts)
+    drops = admit(state, 0, inputs, received, derive=game.texts)
     assert [(d.peer_id, d.task_id, d.reason) for d in drops] == [("p", inputs[0].task_id, f"a second body for task {inputs[0].task_id}")]
     assert [(r.peer_id, r.texts) for r in state.rollouts] == [("p", ("first",)), ("q", ("q",))]  # one per sender
 
@@ -299,15 +300,15 @@ def test_a_second_body_for_a_task_is_dropped_and_the_first_kept() -> None:
 def test_drops_accumulate_over_stages_and_count_per_sender() -> None:
     state, inputs, _ = round_state(tasks=1)
     bad = echo(StageInput(inputs[0].task_id, 0, "x"), "a")
-    state.record(0, inputs, {"b": [bad], "a": [bad], "me": [echo(inputs[0], "a")]})
-    state.record(1, inputs, {"b": [bad]})
+    admit(state, 0, inputs, {"b": [bad], "a": [bad], "me": [echo(inputs[0], "a")]})
+    admit(state, 1, inputs, {"b": [bad]})
     assert state.drops_by_peer() == {"a": 1, "b": 2} and list(state.drops_by_peer()) == ["a", "b"]
     assert [d.stage for d in state.drops] == [0, 0, 1]
 
 
 def test_missing_sender_is_simply_absent_from_the_round() -> None:
     state, inputs, _ = round_state()
-    state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "a": [echo(inputs[0], "a")], "b": []})
+    admit(state, 0, inputs, {"me": [echo(i, "a") for i in inputs], "a": [echo(inputs[0], "a")], "b": []})
     assert state.peers() == ["a", "me"] and state.drops == []
     assert [r.task_id for r in state.swarm()] == [inputs[0].task_id]
 
@@ -321,7 +322,7 @@ def test_copies_among_several_senders_count_only_for_the_first_committer() -> No
     state, inputs, _ = round_state(tasks=2)
     work, other = long_tokens(inputs[0]), long_tokens(inputs[0], start=1)
     received = {"a": [work], "b": [other], "c": [work], "d": [work, long_tokens(inputs[1])]}
-    assert state.record(0, inputs, received) == []  # de-duplicated, never a drop
+    assert admit(state, 0, inputs, received) == []  # de-duplicated, never a drop
     reason = "identical to the body a committed to first"
     assert [(d.peer_id, d.task_id, d.reason, d.kind) for d in state.copies] == [
         ("c", inputs[0].task_id, reason, "copy"),
@@ -335,7 +336,7 @@ def test_copies_among_several_senders_count_only_for_the_first_committer() -> No
 def test_the_same_work_for_another_task_is_not_a_copy() -> None:
     state, inputs, _ = round_state(tasks=2)
     body0, body1 = long_tokens(inputs[0]), long_tokens(inputs[1])
-    assert state.record(0, inputs, {"a": [body0], "b": [body1]}) == []
+    assert admit(state, 0, inputs, {"a": [body0], "b": [body1]}) == []
 
 
 def test_a_refused_body_does_not_claim_its_content_first() -> None:
@@ -347,7 +348,7 @@ def test_a_refused_body_does_not_claim_its_content_first() -> None:
         return "refused" if len(calls) == 1 else None
 
     work = long_tokens(inputs[0])
-    drops = state.record(0, inputs, {"first": [work], "second": [work]}, refuse_the_first)
+    drops = admit(state, 0, inputs, {"first": [work], "second": [work]}, refuse_the_first)
     assert [(d.peer_id, d.kind) for d in drops] == [("first", "refused")]  # "second" is no copy of a refused body
     assert [r.peer_id for r in state.rollouts] == ["second"]
 
@@ -358,7 +359,7 @@ def test_game_code_failing_on_a_stranger_drops_it_with_the_error() -> None:
     def derive(body: Any) -> tuple[str, ...]:
         raise KeyError("boom")
 
-    drops = state.record(0, inputs, {"p": [echo(inputs[0], "a")]}, derive=derive)
+    drops = admit(state, 0, inputs, {"p": [echo(inputs[0], "a")]}, derive=derive)
     assert [(d.reason, d.kind) for d in drops] == [("checking it failed: KeyError: 'boom'", "scoring")]
 
 
@@ -372,7 +373,7 @@ def test_cpu_budget_cuts_a_stranger_but_never_this_peer() -> None:
         return game.texts(body)
 
     received = {"me": [echo(i, "a") for i in inputs], "p": [echo(i, "a") for i in inputs]}
-    drops = state.record(2, inputs, received, derive=slow, cpu_budget=0.01)
+    drops = admit(state, 2, inputs, received, derive=slow, cpu_budget=0.01)
     assert [(d.peer_id, d.stage, d.task_id, d.kind, d.reason) for d in drops] == [
         ("p", 2, None, "cpu", "checking its bodies took over 0.01s of CPU; 2 left unread")
     ]
@@ -381,9 +382,9 @@ def test_cpu_budget_cuts_a_stranger_but_never_this_peer() -> None:
 
 def test_state_queries_by_stage_task_and_peer() -> None:
     state, inputs, game = round_state(tasks=2)
-    state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "p": [echo(inputs[1], "a")]})
+    admit(state, 0, inputs, {"me": [echo(i, "a") for i in inputs], "p": [echo(inputs[1], "a")]})
     stage1 = game.stage_inputs(state, 1)
-    state.record(1, stage1, {"p": [echo(stage1[0], "a")]})
+    admit(state, 1, stage1, {"p": [echo(stage1[0], "a")]})
     assert state.stages == [0, 1]
     assert [r.peer_id for r in state.select(task=inputs[1].task_id)] == ["me", "p"]
     assert [(r.stage, r.peer_id) for r in state.select(stage=1)] == [(1, "p")]
@@ -398,7 +399,7 @@ def test_state_queries_by_stage_task_and_peer() -> None:
 def test_stages_are_sorted_whatever_order_they_were_recorded_in() -> None:
     state, inputs, _ = round_state(tasks=1)
     for stage in (2, 0, 1):
-        state.record(stage, inputs, {})
+        admit(state, stage, inputs, {})
     assert state.stages == [0, 1, 2]
 
 
@@ -584,7 +585,7 @@ def scored_state(received: dict[str, list[Any]], stages: int = 1) -> tuple[GameS
     state.set_tasks(game.round_tasks(2))
     for s in range(stages):
         inputs = game.stage_inputs(state, s)
-        state.record(s, inputs, {p: [echo(inputs[i], *texts) for i, texts in enumerate(b)] for p, b in received.items()}, derive=game.texts)
+        admit(state, s, inputs, {p: [echo(inputs[i], *texts) for i, texts in enumerate(b)] for p, b in received.items()}, derive=game.texts)
     return state, game
 
 
@@ -635,7 +636,7 @@ def test_score_cpu_budget_counts_per_stranger_and_never_this_peer() -> None:
     state = GameState(0, "me")
     state.set_tasks(game.round_tasks(0))
     inputs = game.stage_inputs(state, 0)
-    state.record(0, inputs, {p: [echo(i, "a") for i in inputs] for p in ("me", "p", "q")}, derive=game.texts)
+    admit(state, 0, inputs, {p: [echo(i, "a") for i in inputs] for p in ("me", "p", "q")}, derive=game.texts)
     rewards = game.score_state(state, cpu_budget=0.03)  # two bodies cost 0.04 s: the third is not scored
     assert [s.rollout.peer_id for s in rewards.scored] == ["me"] * 3 + ["p"] * 2 + ["q"] * 2
     assert [(d.peer_id, d.stage, d.task_id, d.kind, d.reason) for d in state.drops] == [

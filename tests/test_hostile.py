@@ -18,6 +18,7 @@ from genrl_swarm.comm import InMemoryBackend, InMemorySwarm
 from genrl_swarm.comm.codec import Codec
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import GameConfig, GameManager, GameState, StageInput, Task
+from genrl_swarm.core.admission import admit
 from genrl_swarm.core.bodies import TokenRollout, TokenSample
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.core.types import Rollout, RoundResult
@@ -141,7 +142,7 @@ def test_identical_work_counts_only_for_the_earlier_commitment() -> None:
     short = tokens(inp, (5, 6), (7,))  # a short answer: honest peers can agree on it exactly
     # received is in commitment order: "first" committed before "copier"
     received = {"me": [tokens(inp, (4,))], "first": [work], "copier": [work], "a": [short], "b": [short]}
-    assert state.record(0, [inp], received) == []  # de-duplicated, never a drop
+    assert admit(state, 0, [inp], received) == []  # de-duplicated, never a drop
     assert [(d.peer_id, d.kind) for d in state.copies] == [("copier", "copy")]
     assert [r.peer_id for r in state.rollouts] == ["me", "first", "a", "b"]
 
@@ -194,10 +195,10 @@ def test_game_code_in_check_or_texts_that_raises_on_a_stranger_drops_only_the_st
     state = GameState(0, "me")
     state.set_tasks(game.round_tasks(0))
     inputs = game.stage_inputs(state, 0)
-    drops = state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "evil": [echo(inputs[0], "é")]}, derive=game.texts)
+    drops = admit(state, 0, inputs, {"me": [echo(i, "a") for i in inputs], "evil": [echo(inputs[0], "é")]}, derive=game.texts)
     assert [(d.peer_id, d.kind) for d in drops] == [("evil", "scoring")]
     with pytest.raises(UnicodeEncodeError):  # this peer's own bug is not hidden
-        state.record(1, inputs, {"me": [echo(inputs[0], "é")]}, derive=game.texts)
+        admit(state, 1, inputs, {"me": [echo(inputs[0], "é")]}, derive=game.texts)
 
 
 def test_a_flooder_over_its_budget_is_dropped_then_quarantined_and_never_trained_on() -> None:
@@ -265,7 +266,7 @@ def test_a_sender_that_costs_too_much_cpu_loses_the_rest_of_its_bodies_this_roun
     state = GameState(0, "me")
     state.set_tasks(game.round_tasks(0))
     inputs = game.stage_inputs(state, 0)
-    state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "slow": [echo(i, "slow") for i in inputs]}, derive=game.texts)
+    admit(state, 0, inputs, {"me": [echo(i, "a") for i in inputs], "slow": [echo(i, "slow") for i in inputs]}, derive=game.texts)
     rewards = game.score_state(state, cpu_budget=0.1)
     slow_scored = [s for s in rewards.scored if s.rollout.peer_id == "slow"]
     assert len(slow_scored) == 1  # the first overran the budget; the other 3 were never scored

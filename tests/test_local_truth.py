@@ -13,6 +13,7 @@ from genrl_swarm.comm import InMemoryBackend
 from genrl_swarm.comm.codec import Codec
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import DataManager, GameConfig, GameManager, GameState, RoundRewards, ScoredRollout, StageInput, Task
+from genrl_swarm.core.admission import admit
 from genrl_swarm.core.types import Rollout, RoundResult
 from genrl_swarm.games.bandit import ArmPulls, BanditData, BanditReward, SoftmaxPolicy
 from genrl_swarm.games.multistage_math import MultistageMathData, MultistageReward
@@ -28,7 +29,7 @@ def bandit_round() -> tuple[GameState, BanditData, SoftmaxPolicy, int, int]:
     (inp,) = data.stage_inputs(state, 0)
     payoffs = data.payoffs[inp.context["context"]]
     worst, best = payoffs.index(min(payoffs)), payoffs.index(max(payoffs))
-    state.record(0, [inp], {"me": [ArmPulls(inp.task_id, inp.digest, (worst,), (-0.1,))]}, policy.check)
+    admit(state, 0, [inp], {"me": [ArmPulls(inp.task_id, inp.digest, (worst,), (-0.1,))]}, policy.check)
     return state, data, policy, worst, best
 
 
@@ -42,7 +43,7 @@ def test_bandit_forged_offer_is_dropped_and_an_unoffered_pick_scores_zero() -> N
         "forger": [ArmPulls(mine.task_id, forged.digest, (best,), (0.0,))],  # claims the best arm was on offer
         "cheeky": [ArmPulls(mine.task_id, mine.digest, (best,), (-5.0,))],  # same offer, picks outside it
     }
-    drops = state.record(1, [mine], received, policy.check)
+    drops = admit(state, 1, [mine], received, policy.check)
     assert [(d.peer_id, "answers input" in d.reason) for d in drops] == [("forger", True)]
     rewards = BanditReward().score_state(state, stage=1).mean_by_peer()
     assert rewards == {"cheeky": 0.0, "me": pytest.approx(min(data.payoffs[mine.context["context"]]))}
@@ -59,7 +60,7 @@ def test_multistage_math_forged_listing_is_dropped_and_picks_score_against_own_l
     state.set_tasks(data.round_tasks(0))
     (q,) = data.stage_inputs(state, 0)
     texts = lambda body: body.outputs  # noqa: E731 - this peer's derived text
-    state.record(0, [q], {"me": [echo(q, "<answer>4</answer>")], "peer-b": [echo(q, "<answer>7</answer>")]}, derive=texts)
+    admit(state, 0, [q], {"me": [echo(q, "<answer>4</answer>")], "peer-b": [echo(q, "<answer>7</answer>")]}, derive=texts)
     (mine,) = data.stage_inputs(state, 1)
     assert mine.context["students"] == ["4", "7"]  # me, peer-b: both wrong
     forged = StageInput(mine.task_id, 1, mine.prompt.replace("Student #1: 4", "Student #1: 5"), {"students": ["5", "7"]})
@@ -68,7 +69,7 @@ def test_multistage_math_forged_listing_is_dropped_and_picks_score_against_own_l
         "forger": [echo(forged, "Choice: Student #1")],  # on the old code: reward 1.0
         "honest": [echo(mine, "Choice: Student #1")],
     }
-    drops = state.record(1, [mine], received, derive=texts)
+    drops = admit(state, 1, [mine], received, derive=texts)
     assert [d.peer_id for d in drops] == ["forger"]
     assert reward.score_state(state, stage=1).mean_by_peer() == {"honest": 0.0, "me": 0.0}
 
@@ -80,11 +81,11 @@ def test_bodies_for_unknown_tasks_and_second_bodies_are_dropped() -> None:
     inputs = game.stage_inputs(state, 0)
     stranger = StageInput("f" * 24, 0, "another question")
     received = {"me": [echo(i, "a") for i in inputs], "p": [echo(inputs[0], "a"), echo(inputs[0], "b"), echo(stranger, "a")]}
-    drops = state.record(0, inputs, received, derive=game.texts)
+    drops = admit(state, 0, inputs, received, derive=game.texts)
     assert sorted(d.reason.split(" ")[0] + d.reason.split(" ")[1] for d in drops) == ["asecond", "taskffffffffffffffffffffffff"]
     assert len(state.select(peer="p")) == 1 and state.drops_by_peer() == {"p": 2}
     flood = [echo(inputs[0], str(i)) for i in range(1000)]
-    drops = state.record(1, inputs, {"me": [], "flood": flood}, derive=game.texts)
+    drops = admit(state, 1, inputs, {"me": [], "flood": flood}, derive=game.texts)
     second = f"a second body for task {inputs[0].task_id}"
     assert [d.reason for d in drops] == ["1000 bodies for 3 tasks; the 997 extra were not read", second, second]
 
@@ -121,10 +122,10 @@ def test_a_body_that_breaks_scoring_drops_its_sender_not_the_peer() -> None:
     state = GameState(0, "me")
     state.set_tasks(game.round_tasks(0))
     inputs = game.stage_inputs(state, 0)
-    state.record(0, inputs, {"me": [echo(i, "a") for i in inputs], "evil": [echo(inputs[0], "boom")]}, derive=game.texts)
+    admit(state, 0, inputs, {"me": [echo(i, "a") for i in inputs], "evil": [echo(inputs[0], "boom")]}, derive=game.texts)
     rewards = game.score_state(state)
     assert rewards.mean_by_peer() == {"me": 1.0} and [d.peer_id for d in state.drops] == ["evil"]
-    state.record(1, inputs, {"me": [echo(i, "boom") for i in inputs]}, derive=game.texts)
+    admit(state, 1, inputs, {"me": [echo(i, "boom") for i in inputs]}, derive=game.texts)
     with pytest.raises(KeyError):
         game.score_state(state)  # this peer's own bug is not hidden
 
@@ -153,7 +154,7 @@ def test_a_legal_but_extreme_behaviour_logprob_does_not_crash_the_bandit_learner
 
     state, data, policy, worst, best = bandit_round()
     (inp,) = data.stage_inputs(state, 0)
-    state.record(0, [inp], {"evil": [ArmPulls(inp.task_id, inp.digest, (best, best, best, worst), (-800.0,) * 4)]}, policy.check)
+    admit(state, 0, [inp], {"evil": [ArmPulls(inp.task_id, inp.digest, (best, best, best, worst), (-800.0,) * 4)]}, policy.check)
     SoftmaxLearner(policy).train(state, BanditReward().score_state(state))  # exp(-800) == 0.0: no division by it
     assert all(abs(x) < 1e6 for x in policy.logits.ravel())
 
@@ -164,10 +165,10 @@ def test_one_peer_casts_one_vote_whatever_it_sends() -> None:
     state.set_tasks(data.round_tasks(0))
     (q,) = data.stage_inputs(state, 0)
     texts = lambda body: body.outputs  # noqa: E731
-    state.record(0, [q], {"me": [echo(q, "<answer>5</answer>")], "b": [echo(q, "<answer>7</answer>")]}, derive=texts)
+    admit(state, 0, [q], {"me": [echo(q, "<answer>5</answer>")], "b": [echo(q, "<answer>7</answer>")]}, derive=texts)
     (pick,) = data.stage_inputs(state, 1)
     stuffed = echo(pick, *(" ".join(["Choice: Student #2"] * 40) for _ in range(200)))
-    state.record(1, [pick], {"me": [echo(pick, "Choice: Student #1")], "b": [stuffed]}, derive=texts)
+    admit(state, 1, [pick], {"me": [echo(pick, "Choice: Student #1")], "b": [stuffed]}, derive=texts)
     (final,) = data.stage_inputs(state, 2)
     assert final.context["votes"] == {"1": 1, "2": 1}
     assert len(final.prompt) < 2 * len(pick.prompt)

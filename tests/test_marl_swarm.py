@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 
 from genrl_swarm.config import instantiate, load_recipe, resolve  # noqa: E402
 from genrl_swarm.core import Array, Body, GameState, RoundResult, StageInput, Trajectory  # noqa: E402
+from genrl_swarm.core.admission import admit
 from genrl_swarm.games.marl import MarlData  # noqa: E402
 from genrl_swarm.paradigms.marl import sharing  # noqa: E402
 from genrl_swarm.paradigms.marl.policy import MarlPolicy  # noqa: E402
@@ -156,7 +157,7 @@ def test_a_refused_body_goes_through_the_drop_machinery(honest: Any) -> None:
     state = GameState(0, "me")
     state.inputs[0] = {}
     state.tasks = {}
-    drops = state.record(0, [inp], {"me": [body], "liar": [more_reward(body)]}, policy.check)
+    drops = admit(state, 0, [inp], {"me": [body], "liar": [more_reward(body)]}, policy.check)
     assert [(d.peer_id, d.kind) for d in drops] == [("liar", "refused")] and "rewards differ" in drops[0].reason
     assert [r.peer_id for r in state.rollouts] == ["me"]
 
@@ -201,7 +202,7 @@ def test_a_forged_parameter_body_is_refused_and_counted(honest: Any) -> None:
     state = GameState(0, "me")
     state.inputs[0] = {}
     state.tasks = {}
-    drops = state.record(0, [inp], {"me": [good], "liar": [poisoned]}, policy.check)
+    drops = admit(state, 0, [inp], {"me": [good], "liar": [poisoned]}, policy.check)
     assert [(d.peer_id, d.kind) for d in drops] == [("liar", "refused")] and "away from this peer's" in drops[0].reason
     assert [r.peer_id for r in state.rollouts] == ["me"]
 

@@ -11,6 +11,7 @@ from genrl_swarm.paradigms.agents.episodes import Session, task_spec
 
 pytest.importorskip("torch")
 from genrl_swarm.core import Episode, GameState, Task
+from genrl_swarm.core.admission import admit
 from genrl_swarm.games.agent import AgentReward, agent_task
 from genrl_swarm.paradigms.agents.policy import AgentPolicy
 from genrl_swarm.paradigms.agents.shared_env import shared_env
@@ -39,7 +40,7 @@ def test_replay_heavy_episodes_spend_the_senders_budget(policy: AgentPolicy) -> 
     tasks = [agent_task("sql", 7, copy, 6, 4000) for copy in range(3)]
     bodies = [heavy_episode(policy, t) for t in tasks]
     state = GameState(0, "me", {t.id: t for t in tasks})
-    refused = state.record(0, [t.input(0) for t in tasks], {"heavy": tuple(bodies)}, policy.check, policy.texts)
+    refused = admit(state, 0, [t.input(0) for t in tasks], {"heavy": tuple(bodies)}, policy.check, derive=policy.texts)
     assert not refused, refused
     budget = 0.2
     rewards = AgentReward("tiny-random", env=policy.env).score_state(state, cpu_budget=budget)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from genrl_swarm.core import GameState, Rollout, ScoredRollout, StageInput
+from genrl_swarm.core.admission import admit
 from genrl_swarm.core.bodies import Body
 from genrl_swarm.data.digits import DigitArithmeticData
 from genrl_swarm.data.reasoning_gym import ReasoningGymData
@@ -43,8 +44,8 @@ def test_a_receiver_scores_a_sender_on_the_senders_own_questions_and_refuses_any
     mine = [t.input(0) for t in state.tasks.values()]
     theirs = [t.input(0) for t in data.tasks_for(0, "them")]
     elsewhere = [t.input(0) for t in data.tasks_for(0, "someone-else")]
-    drops = state.record(
-        0, mine, {"me": [answer(i) for i in mine], "them": [answer(theirs[0]), answer(elsewhere[1])]}, tasks_of=lambda p: data.tasks_for(0, p)
+    drops = admit(
+        state, 0, mine, {"me": [answer(i) for i in mine], "them": [answer(theirs[0]), answer(elsewhere[1])]}, tasks_of=lambda p: data.tasks_for(0, p)
     )
     assert [(d.peer_id, d.task_id, d.kind) for d in drops] == [("them", elsewhere[1].task_id, "refused")]
     (kept,) = state.select(peer="them")
@@ -53,7 +54,7 @@ def test_a_receiver_scores_a_sender_on_the_senders_own_questions_and_refuses_any
     # without per-peer questions the same body answers a task this peer never had: refused
     shared = GameState(0, "me")
     shared.set_tasks(data.tasks_for(0, "me"))
-    assert [d.kind for d in shared.record(0, mine, {"them": [answer(theirs[0])]})] == ["refused"]
+    assert [d.kind for d in admit(shared, 0, mine, {"them": [answer(theirs[0])]})] == ["refused"]
 
 
 def test_specialties_give_each_peer_its_own_datasets() -> None:

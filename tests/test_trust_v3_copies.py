@@ -5,6 +5,7 @@ sampling deterministically send byte-identical groups; before, each dropped the 
 from __future__ import annotations
 
 from genrl_swarm.core import GameState, Task, TokenRollout, TokenSample
+from genrl_swarm.core.admission import admit
 from genrl_swarm.core.bodies import MIN_COPY_UNITS
 from genrl_swarm.core.trust import SenderBook, TrustConfig
 
@@ -20,7 +21,7 @@ def test_converged_honest_peers_are_deduplicated_not_dropped() -> None:
     state = GameState(9, "a")
     state.set_tasks([task])
     inp = task.input(0)
-    refused = state.record(0, [inp], {"b": [converged(inp)], "a": [converged(inp)], "c": [converged(inp)]})
+    refused = admit(state, 0, [inp], {"b": [converged(inp)], "a": [converged(inp)], "c": [converged(inp)]})
     assert refused == [] and state.drops_by_peer() == {}  # before: a and c dropped as copies of b
     assert [r.peer_id for r in state.rollouts] == ["b"]  # trained on once, credited once
     assert [d.peer_id for d in state.copies] == ["a", "c"]

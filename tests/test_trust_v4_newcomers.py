@@ -21,6 +21,7 @@ from genrl_swarm.comm import InMemoryBackend, InMemorySwarm
 from genrl_swarm.comm.codec import Codec, Commitment, encode_signed, read_commitment
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import Body, GameConfig, GameManager, GameState, Policy, RewardManager, Rollout, StageInput, Task, Weights
+from genrl_swarm.core.admission import admit
 from genrl_swarm.core.bodies import MAX_BASIS
 from genrl_swarm.core.identity import Identity
 from genrl_swarm.core.newcomers import NEWCOMERS_PER_ROUND
@@ -119,5 +120,5 @@ def test_a_payload_of_self_signed_references_costs_no_signature_checks_and_is_ch
     state = GameState(0, "me")
     state.set_tasks([Task.create("q", answer="a")])
     inputs = [t.input(0) for t in state.tasks.values()]
-    dropped = state.record(0, inputs, {sender.peer_id: [echo(inputs[0], "a")]}, cpu_budget=1.0, charged={sender.peer_id: 1.5})
+    dropped = admit(state, 0, inputs, {sender.peer_id: [echo(inputs[0], "a")]}, cpu_budget=1.0, charged={sender.peer_id: 1.5})
     assert [d.kind for d in dropped] == ["cpu"]  # what the transport spent on it counts against its budget

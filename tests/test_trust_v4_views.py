@@ -23,6 +23,7 @@ from genrl_swarm.comm.codec import Codec, Commitment, encode_signed
 from genrl_swarm.comm.epoch import Epoch
 from genrl_swarm.coord import LocalCoordinator
 from genrl_swarm.core import Body, DataManager, GameConfig, GameManager, GameState, Policy, StageInput, Task, Weights
+from genrl_swarm.core.admission import admit
 from genrl_swarm.core.identity import Identity
 from genrl_swarm.core.types import Drop, RoundResult
 from genrl_swarm.games.multistage_math import MultistageMathData, MultistageReward
@@ -189,7 +190,7 @@ def stage_zero_from(senders: list[str]) -> tuple[GameManager, GameState, str]:
     inputs = msm().stage_inputs(state, 0)
     received = {p: [echo(x, f"<answer>{i}</answer>") for x in inputs] for i, p in enumerate(senders)}
     received[comm.peer_id] = [echo(x, "<answer>3</answer>") for x in inputs]
-    state.record(0, inputs, received, derive=Scripted().texts)
+    admit(state, 0, inputs, received, derive=Scripted().texts)
     state.sources[0] = {p: hashlib.sha256(p.encode()).hexdigest() for p in received}
     return manager, state, comm.peer_id
 

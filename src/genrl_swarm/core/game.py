@@ -1,7 +1,7 @@
 """GameManager: the framework-defined progression, the same on every peer.
 
     for round r:   tasks = data.tasks_for(r, me)     (the shared round_tasks(r), or this peer's own)
-        for stage s: inputs -> policy.act -> comm.exchange -> views.rebuild -> state.record (checked per body)
+        for stage s: inputs -> policy.act -> comm.exchange -> views.rebuild -> admission (checked per body)
                      -> checks.run (bodies redone with the committed model: core.spot_checks)
         rewards = reward.score_state(state)    (local truth, also for the swarm's rollouts)
         learner.train(state, rewards); policy.load_weights(learner.weights())
@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
+from genrl_swarm.core.admission import Rules, StageAdmission
 from genrl_swarm.core.bodies import MAX_BASIS, Body
 from genrl_swarm.core.decoders import envelope_decoder
 from genrl_swarm.core.interfaces import (
@@ -188,15 +189,17 @@ class GameManager:
     ) -> ExchangeResult:
         """One stage's exchange and what this peer keeps of it: the swarm's bodies, later-stage
         senders' inputs rebuilt from the payloads they name (fetched where missing: ``core.views``),
-        each body checked and stored (``GameState.record``), each sender charged what reading,
+        each body checked and stored (``core.admission``), each sender charged what reading,
         fetching and checking its bodies cost."""
         mark, budget = len(state.drops), self.book.config.cpu_budget
         with _timed(metrics, f"time/exchange_s{s}"):
             exchange, received, deadline = self._exchange(state, state.round, s, bodies, basis)
             rebuilt = self.views.rebuild(state, s, basis, exchange, received, deadline)
         tasks_of = functools.partial(self.data.tasks_for, state.round) if self.data.per_peer and s == 0 else None
+        rules = Rules(self.policy.check, self.policy.texts, self.data.tasks_differ)
         charged = _add(exchange.costs, rebuilt.costs)
-        state.record(s, inputs, received, self.policy.check, self.policy.texts, budget, tasks_of, rebuilt.inputs, self.data.tasks_differ, charged)
+        admission = StageAdmission(state, s, inputs, rules, cpu_budget=budget, tasks_of=tasks_of, rebuilt=rebuilt.inputs, charged=charged)
+        admission.admit(received)
         left = max(deadline - time.monotonic(), 0.1 * self.config.exchange_timeout)  # fetching committed models
         metrics |= self.checks.run(state, s, exchange, received, left, self.book.quarantined(state.round))
         metrics |= {f"swarm/peers_s{s}": len(received), f"swarm/refused_s{s}": len(state.drops) - mark}

@@ -2,7 +2,7 @@
 
 In a game with per-peer questions (SAPO) a receiver rebuilds each sender's tasks from the seed
 to check and score its bodies, on its own CPU: about 6 ms a sender on the default Reasoning Gym
-datasets, 100-400 ms on ``sudoku``. The rebuild is charged to the sender (``GameState.record``
+datasets, 100-400 ms on ``sudoku``. The rebuild is charged to the sender (``core.admission``
 counts it with its checks), but budgets are per id and ids are free: 30 fresh ids took an honest
 round's CPU from 0.8 s to 14 s, each well inside its own budget. So senders without history are
 read at most ``NEWCOMERS_PER_ROUND`` a round, first by a hash of (round, id) that every peer

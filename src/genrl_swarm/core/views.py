@@ -8,18 +8,18 @@ from (``Envelope.basis``, by their signed commitments), and this peer rebuilds t
 inputs from exactly those, with the game's own ``stage_inputs`` on ``GameState.view``:
 
 * payloads it recorded, with the bodies it refused only for its own settings (kept as context
-  by ``GameState.record``);
+  by ``core.admission``);
 * payloads it does not hold as named, fetched by their signed digest (``Communication.fetch``:
   its own store, then the senders that named them, then any peer) and checked like any payload
   (the signature over the digest, the digest, the codec's bounds, the bodies against this peer's
   inputs and ``policy.check``); a fetched later-stage payload's own inputs are rebuilt from what
-  it names in turn. Fetched bodies are context only (``GameState.add_context``).
+  it names in turn. Fetched bodies are context only (``core.admission.admit_context``).
 
 Fetching runs within the stage's deadline (what the exchange left of ``game.exchange_timeout``;
 past it, only this peer's own store is read), and what it costs this peer's CPU is charged to the
 sender whose basis named the payload (the first in commitment order: the others get it for free),
 against its ``trust.cpu_budget``: a sender over it gets no further fetch this stage, and
-``GameState.record`` cuts its bodies as it cuts any sender's (``cpu``, never counted). Since a
+``core.admission`` cuts its bodies as it cuts any sender's (``cpu``, never counted). Since a
 sender names at most ``game.max_sources`` senders' payloads per earlier stage, one pass is bounded. A sender whose named payloads cannot be
 had in time differs in view: its bodies are dropped as ``DropKind.VIEW`` (never counted), which is
 now the exception, and counted per stage (``views/dropped_s<s>``, beside ``views/fetched_s<s>``).
@@ -33,6 +33,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from genrl_swarm.core.admission import Rules, admit_context
 from genrl_swarm.core.bodies import Body
 from genrl_swarm.core.interfaces import Communication, DataManager, ExchangeResult, FetchedPayload, Policy
 from genrl_swarm.core.state import GameState
@@ -135,7 +136,7 @@ class Views:
             start = time.thread_time()
             inputs = self._inputs_for(state, ref, payload)
             if inputs is not None:
-                state.add_context(ref, payload.bodies, inputs, self.policy.check, self.policy.texts)
+                admit_context(state, ref, payload.bodies, inputs, Rules(self.policy.check, self.policy.texts))
             costs[peer] += time.thread_time() - start
         return costs, len(had), proven
 
