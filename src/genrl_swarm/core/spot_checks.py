@@ -74,7 +74,6 @@ class SpotChecks:
         not worth a check (quarantined here already). Returns the stage's ``checks/`` metrics."""
         start, deadline = time.perf_counter(), time.monotonic() + timeout
         proven: dict[str, str] = {}
-        epoch = self.comm.settled_epoch()  # what every sender's draws this run are seeded with
         counts = {"bodies": 0, "tokens": 0, "near_ties": 0, "unchecked": 0, "rechecked": 0}
         for fault in self._pending(exchange.faults, skip, state.round):
             counts["rechecked"] += 1
@@ -84,34 +83,41 @@ class SpotChecks:
         candidates = [p for p in exchange.models if p != self.me and p not in proven and p not in skip and p in received]
         if 0 < self.senders < len(candidates):
             candidates = self._random.sample(candidates, self.senders)
+        epoch = self.comm.settled_epoch()  # what every sender's draws this run are seeded with
         for sender in candidates if self.per_sender > 0 else []:
-            claim = exchange.models[sender]
-            bodies = exchange.received.get(sender, ())
-            picks = sorted(self._random.sample(range(len(bodies)), min(self.per_sender, len(bodies))))
-            if not picks:
-                continue
-            blob = self.comm.fetch_model(state.round, sender, claim, max(deadline - time.monotonic(), 0.0))
-            picked = [bodies[i] for i in picks]
-            draws = (
-                [sorted(self._random.sample(range(b.num_samples), min(self.samples, b.num_samples))) for b in picked] if self.samples > 0 else None
-            )
-            checked = self._check(ActSeed(epoch, state.round, sender), picked, claim, blob, draws)
-            if isinstance(checked, str):
-                counts["unchecked"] += 1
-                log.info("%s could not spot-check %s (r%d/s%d): %s", self.me, sender, state.round, stage, checked)
-                continue
-            counts["bodies"] += len(picks)
-            counts["tokens"] += checked.tokens
-            counts["near_ties"] += checked.near_ties
-            bad = [(i, why) for i, why in zip(picks, checked.mismatches) if why is not None]
-            if bad and blob is not None:
-                body, why = bad[0]
-                proven[sender] = f"spot check of body {body} (r{state.round}/s{stage}): {why}"
-                self.comm.accuse(state.round, stage, sender, body, blob)
+            why = self._check_sender(ActSeed(epoch, state.round, sender), stage, exchange, counts, deadline)
+            if why is not None:
+                proven[sender] = why
         for sender, why in proven.items():
             self._drop(state, stage, received, Drop(sender, stage, None, why, DropKind.FORGED))
         metrics = {f"checks/{k}_s{stage}": float(v) for k, v in counts.items()}
         return metrics | {f"checks/proven_s{stage}": float(len(proven)), f"time/checks_s{stage}": time.perf_counter() - start}
+
+    def _check_sender(self, seed: ActSeed, stage: int, exchange: ExchangeResult, counts: dict[str, int], deadline: float) -> str | None:
+        """Check ``per_sender`` random bodies of ``seed.sender``'s (its committed model fetched by
+        digest); why it is proven (and the proof passed on), or None. ``counts`` adds up."""
+        sender = seed.sender
+        claim, bodies = exchange.models[sender], exchange.received.get(sender, ())
+        picks = sorted(self._random.sample(range(len(bodies)), min(self.per_sender, len(bodies))))
+        if not picks:
+            return None
+        blob = self.comm.fetch_model(seed.round, sender, claim, max(deadline - time.monotonic(), 0.0))
+        picked = [bodies[i] for i in picks]
+        draws = [sorted(self._random.sample(range(b.num_samples), min(self.samples, b.num_samples))) for b in picked] if self.samples > 0 else None
+        checked = self._check(seed, picked, claim, blob, draws)
+        if isinstance(checked, str):
+            counts["unchecked"] += 1
+            log.info("%s could not spot-check %s (r%d/s%d): %s", self.me, sender, seed.round, stage, checked)
+            return None
+        counts["bodies"] += len(picks)
+        counts["tokens"] += checked.tokens
+        counts["near_ties"] += checked.near_ties
+        bad = [(i, why) for i, why in zip(picks, checked.mismatches) if why is not None]
+        if not bad or blob is None:
+            return None
+        body, why = bad[0]
+        self.comm.accuse(seed.round, stage, sender, body, blob)
+        return f"spot check of body {body} (r{seed.round}/s{stage}): {why}"
 
     def _pending(self, faults: Sequence[Fault], skip: frozenset[str], round: int) -> list[Fault]:
         """The passed-on faults worth re-checking: not about this peer or a sender skipped, not
