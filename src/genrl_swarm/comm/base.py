@@ -49,7 +49,7 @@ import time
 from abc import abstractmethod
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -88,6 +88,17 @@ class RawExchange:
     payloads: dict[str, bytes]
     expected: int | None = None
     missing: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Opened:
+    """What one exchange's payloads held, sender by sender, as they were opened."""
+
+    received: dict[str, tuple[Body, ...]] = field(default_factory=dict)
+    bases: dict[str, tuple[Ref, ...]] = field(default_factory=dict)
+    late: set[str] = field(default_factory=set)
+    faults: list[Fault] = field(default_factory=list)
+    costs: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -321,8 +332,8 @@ class ByteBackend(Communication):
         self._forget(round)
         passed = [fault for _, fault in list(self._faults.values())[-MAX_FAULTS:]]
         payload = self.codec.encode(self.peer_id, round, stage, bodies, self.ledger.signed(round, basis), self.ledger.evidence(), passed)
-        digest = hashlib.sha256(payload).digest()
         model = self._model[0] if self._model is not None else None
+        digest = hashlib.sha256(payload).digest()
         mine = Commitment(self.swarm_id, self.epoch.value, round, stage, self.peer_id, digest, len(payload), self.account, model)
         dropped: dict[str, str] = {}
         proven = set(self.proofs)
@@ -332,49 +343,60 @@ class ByteBackend(Communication):
         self.committed_sizes = {s: c.size for s, c in commits.items()}
         reveal = self._reveal(round, stage, payload, commits, deadlines.reveal)
         self.held.put(round, payload)  # revealed now: served by its digest from here on, never before
-        received: dict[str, tuple[Body, ...]] = {}
-        faults: list[Fault] = []
-        bases: dict[str, tuple[Ref, ...]] = {}
-        costs: dict[str, float] = {}
-        late: set[str] = {p for p, why in dropped.items() if why == NO_COMMITMENT}
+        opened = _Opened(late={p for p, why in dropped.items() if why == NO_COMMITMENT})
         for sender in commits:  # commitment order: who produced identical content first
             if sender == self.peer_id:
-                received[sender], bases[sender] = tuple(bodies), tuple(sorted(basis))
-                continue
-            start = time.thread_time()
-            try:
-                envelope = self._open(reveal.payloads.get(sender), commits[sender], body_type)
-                bases[sender] = self.ledger.references(envelope, self.verify)
-                faults += [_fault(sender, record, body) for record, body in self.ledger.faults(envelope, self.verify)]
-                received[sender] = tuple(envelope.bodies)
-                self.held.put(round, reveal.payloads[sender])
-            except PayloadError as e:
-                dropped[sender] = str(e)
-                if sender not in reveal.payloads:
-                    late.add(sender)
-                    self._missed([sender], round)
-            finally:  # decoding it and checking its references: charged to it (ExchangeResult.costs)
-                costs[sender] = time.thread_time() - start
+                opened.received[sender], opened.bases[sender] = tuple(bodies), tuple(sorted(basis))
+            else:
+                self._open_one(round, sender, commits[sender], reveal, body_type, opened, dropped)
         equivocators = {p: proof.describe() for p, proof in self.proofs.items() if p not in proven}
         for sender in equivocators:
-            received.pop(sender, None)
+            opened.received.pop(sender, None)
         for sender, why in dropped.items():
             log.warning("%s dropped payload from %s (r%d/s%d): %s", self.peer_id, sender, round, stage, why)
         self.dropped_total += len(dropped)
+        return self._result(opened, commits, dropped, reveal.expected, equivocators)
+
+    def _open_one(
+        self, round: int, sender: str, commitment: Commitment, reveal: RawExchange, body_type: type[Body], opened: _Opened, dropped: dict[str, str]
+    ) -> None:
+        """``sender``'s revealed payload checked against its commitment and decoded into ``opened``,
+        or its drop; the thread's CPU it took, charged to it (``ExchangeResult.costs``)."""
+        start = time.thread_time()
+        try:
+            envelope = self._open(reveal.payloads.get(sender), commitment, body_type)
+            opened.bases[sender] = self.ledger.references(envelope, self.verify)
+            opened.faults += [_fault(sender, record, body) for record, body in self.ledger.faults(envelope, self.verify)]
+            opened.received[sender] = tuple(envelope.bodies)
+            self.held.put(round, reveal.payloads[sender])
+        except PayloadError as e:
+            dropped[sender] = str(e)
+            if sender not in reveal.payloads:
+                opened.late.add(sender)
+                self._missed([sender], round)
+        finally:
+            opened.costs[sender] = time.thread_time() - start
+
+    def _result(
+        self, opened: _Opened, commits: Mapping[str, Commitment], dropped: dict[str, str], expected: int | None, equivocators: dict[str, str]
+    ) -> ExchangeResult:
+        """The exchange as the loop sees it: what was received, and about each sender only what
+        its kept payload's commitment says."""
+        received = opened.received
         return ExchangeResult(
             received,
             dropped,
-            reveal.expected,
+            expected,
             sizes={s: c.size for s, c in commits.items()},
             accounts={s: c.account for s, c in commits.items() if c.account},
-            late=frozenset(late),
+            late=frozenset(opened.late),
             digests={s: c.digest.hex() for s, c in commits.items() if s in received},
-            bases={s: b for s, b in bases.items() if s in received},
+            bases={s: b for s, b in opened.bases.items() if s in received},
             equivocators=equivocators,
-            costs={s: c for s, c in costs.items() if s in received},
+            costs={s: c for s, c in opened.costs.items() if s in received},
             vouched=frozenset(s for s in received if self.vouches_for(s)),
             models={s: _claim(c.model) for s, c in commits.items() if c.model is not None and s in received},
-            faults=tuple(f for f in faults if f.accuser in received),
+            faults=tuple(f for f in opened.faults if f.accuser in received),
         )
 
     def commit_model(self, model: tuple[str, bytes] | None) -> None:
