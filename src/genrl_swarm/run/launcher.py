@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -70,34 +70,14 @@ def build_managers(
     spec = resolve(cfg, rank=0)
     recipe = validate(spec)
     game, swarm, run, trust = recipe.game, recipe.swarm, recipe.run, recipe.trust
-    comm_cls = import_target(spec["communication"]["_target_"], "communication._target_")
-    if not (isinstance(comm_cls, type) and issubclass(comm_cls, ByteBackend)):
-        raise RecipeError("communication._target_: must name a ByteBackend subclass")
-    if under_torchrun() and comm_cls.in_process:
-        raise RecipeError(
-            f"communication: {comm_cls.__name__} keeps the swarm inside one process, but this is a torchrun rank: pass communication=torch (scripts/train.sh does)"
-        )
-    comm_kwargs = {k: v for k, v in spec["communication"].items() if k != "_target_"}
-    try:
-        Path(run.dir).mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        if is_storage(e):  # the disk's to fix, not the recipe's: a storage error (run/failures.py)
-            raise
-        raise RecipeError(f"run.dir: cannot create {run.dir}: {e.strerror or e}") from e
+    comm_cls = _transport(spec)
+    _make_run_dir(run)
     preflight(spec)  # a model that cannot load fails here, once, before any peer loads one
     try:  # torch threads for each peer hosted here
         budget = budget_for(comm_cls.peers_in_process(swarm.num_peers), run.threads)
     except ValueError as e:
         raise RecipeError(str(e)) from e
-    try:
-        comms = comm_cls.spawn(comm_cls.peers_in_process(swarm.num_peers), **comm_kwargs)
-    except IdentityError:  # the identity file, not the recipe: its message says what to do
-        raise
-    except (ValueError, TypeError) as e:  # a constructor's own check, e.g. max_bytes <= 0
-        raise RecipeError(f"communication: {e}") from e
-    for comm in comms:
-        if (joining := comm.announce()) is not None:
-            print(f"peer {comm.peer_id} is up; others join with: {joining}", file=stream, flush=True)
+    comms = _spawn(comm_cls, swarm.num_peers, {k: v for k, v in spec["communication"].items() if k != "_target_"}, stream)
     coord_cls = import_target(spec["coordinator"]["_target_"], "coordinator._target_")
     shared = instantiate(spec["coordinator"], "coordinator") if getattr(coord_cls, "shared_per_process", True) else None
     rank = comms[0].rank if under_torchrun() else None  # one peer per torchrun rank
@@ -122,6 +102,41 @@ def build_managers(
     gc.freeze()
     settle(budget)  # logged and applied after the components: they are what imports torch, if anything does
     return managers, run
+
+
+def _transport(spec: dict[str, Any]) -> type[ByteBackend]:
+    """The recipe's communication class, checked: a ByteBackend, and one that can run here."""
+    comm_cls = import_target(spec["communication"]["_target_"], "communication._target_")
+    if not (isinstance(comm_cls, type) and issubclass(comm_cls, ByteBackend)):
+        raise RecipeError("communication._target_: must name a ByteBackend subclass")
+    if under_torchrun() and comm_cls.in_process:
+        raise RecipeError(
+            f"communication: {comm_cls.__name__} keeps the swarm inside one process, but this is a torchrun rank: pass communication=torch (scripts/train.sh does)"
+        )
+    return comm_cls
+
+
+def _make_run_dir(run: RunConfig) -> None:
+    try:
+        Path(run.dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if is_storage(e):  # the disk's to fix, not the recipe's: a storage error (run/failures.py)
+            raise
+        raise RecipeError(f"run.dir: cannot create {run.dir}: {e.strerror or e}") from e
+
+
+def _spawn(comm_cls: type[ByteBackend], num_peers: int, options: dict[str, Any], stream: TextIO | None) -> list[ByteBackend]:
+    """The transports of the peers hosted here, each announced (how others join it)."""
+    try:
+        comms = comm_cls.spawn(comm_cls.peers_in_process(num_peers), **options)
+    except IdentityError:  # the identity file, not the recipe: its message says what to do
+        raise
+    except (ValueError, TypeError) as e:  # a constructor's own check, e.g. max_bytes <= 0
+        raise RecipeError(f"communication: {e}") from e
+    for comm in comms:
+        if (joining := comm.announce()) is not None:
+            print(f"peer {comm.peer_id} is up; others join with: {joining}", file=stream, flush=True)
+    return list(comms)
 
 
 def _build_peer(
