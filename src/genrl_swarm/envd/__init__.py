@@ -4,7 +4,8 @@ processes whose sandboxed children run the task code; reachable in-process (``Lo
 over gRPC (``genrl-swarm envd``, ``RemoteEnv``). grpc is imported only by the gRPC modules, and
 nothing here imports the training side (``genrl_swarm.paradigms.agents``)."""
 
-from genrl_swarm.envd.api import EnvClient, Environment, connect
+from genrl_swarm.envd.api import EnvClient, Environment
+from genrl_swarm.envd.connect import connect
 from genrl_swarm.envd.controller import EnvdConfig
 from genrl_swarm.envd.errors import EnvError, EnvUnavailable, InvalidRequest, Overloaded, SessionLost, SessionNotFound
 from genrl_swarm.envd.parsing import parse_action, parse_tool_call

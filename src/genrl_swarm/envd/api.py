@@ -73,15 +73,3 @@ class Environment:
         if self.session is not None:
             self.client.close(self.session)
             self.session = None
-
-
-def connect(address: str = "local", **options: Any) -> EnvClient:
-    """``"local"``: in-process (options: ``config=EnvdConfig(...)``); ``"host:port"``: a running
-    ``genrl-swarm envd`` (options: ``timeout`` seconds per call)."""
-    if address == "local":
-        from genrl_swarm.envd.local import LocalEnv
-
-        return LocalEnv(**options)
-    from genrl_swarm.envd.client import RemoteEnv
-
-    return RemoteEnv(address, **options)

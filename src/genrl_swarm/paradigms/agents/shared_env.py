@@ -12,7 +12,8 @@ from __future__ import annotations
 import atexit
 import threading
 
-from genrl_swarm.envd.api import EnvClient, connect
+from genrl_swarm.envd.api import EnvClient
+from genrl_swarm.envd.connect import connect
 
 _CLIENTS: dict[str, EnvClient] = {}
 _LOCK = threading.Lock()

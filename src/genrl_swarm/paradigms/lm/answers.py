@@ -6,6 +6,8 @@ import re
 from fractions import Fraction
 
 OPEN, CLOSE = "<answer>", "</answer>"
+#: What the LM policy asks for by default (``LMPolicy.system_prompt``), and what ``extract_answer`` reads first.
+DEFAULT_SYSTEM_PROMPT = "You are a careful assistant. Reason briefly, then give only the final answer inside <answer></answer> tags."
 _BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
 _PHRASE = re.compile(r"(?:final answer|answer)\s*(?:is|:|=)\s*(.+)", re.IGNORECASE)
 

@@ -109,7 +109,7 @@ def build_tiny_model(directory: Path, seed: int = 0, hidden: int = 64, layers: i
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from genrl_swarm.paradigms.lm.policy import DEFAULT_SYSTEM_PROMPT
+    from genrl_swarm.paradigms.lm.answers import DEFAULT_SYSTEM_PROMPT
 
     bpe = Tokenizer(models.BPE(unk_token=None))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
