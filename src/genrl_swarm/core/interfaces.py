@@ -160,8 +160,9 @@ class Fault:
 class Policy(ABC):
     """Acts: turns stage inputs into bodies of the game's body type."""
 
-    #: The body type this policy produces and accepts from peers (the codec decodes into it).
-    body_type: ClassVar[type[Body]] = Body
+    #: The body type this policy produces and accepts from peers (the codec decodes into it): a
+    #: class default, or set per instance where one class plays two (marl's parameter sharing).
+    body_type: type[Body] = Body
     version: int = 0
 
     @abstractmethod

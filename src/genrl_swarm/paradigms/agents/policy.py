@@ -40,7 +40,7 @@ class Played:
 
 
 class AgentPolicy(LMPolicy):
-    body_type = Episode  # type: ignore[assignment]  # LMPolicy narrows it to TokenRollout
+    body_type = Episode
 
     def __init__(
         self,

@@ -111,7 +111,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 class LMPolicy(Policy):
     """Samples ``num_generations`` completions per stage input and reports them as TokenRollouts."""
 
-    body_type = TokenRollout
+    body_type: type[Body] = TokenRollout
 
     def __init__(
         self,

@@ -34,7 +34,7 @@ class MarlPolicy(Policy):
     """Acts with the team's actor on a round's environments; shares its trajectory, or its
     parameters (``share``), and checks what peers share before the loop stores it."""
 
-    body_type = Trajectory
+    body_type: type[Body] = Trajectory
 
     def __init__(
         self,
@@ -47,7 +47,7 @@ class MarlPolicy(Policy):
     ) -> None:
         self.env, self.system, self.share = EnvConfig.of(env), SystemConfig.of(system), share
         if self.share == "parameters":
-            self.body_type = sharing.ParamsBody  # type: ignore[assignment,misc]  # this instance trades parameters
+            self.body_type = sharing.ParamsBody  # this instance trades parameters
         self.team = team_for(self.env, self.system)
         self.params: Params = self.team.init(jax.random.PRNGKey(init_seed)).params  # same init_seed: averageable
         self.key = jax.random.fold_in(jax.random.PRNGKey(seed), 0)  # acting; the learner's stream is fold_in 1
