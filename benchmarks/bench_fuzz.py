@@ -60,10 +60,12 @@ from genrl_swarm.core import (  # noqa: E402
     Weights,
 )
 from genrl_swarm.core.admission import admit
-from genrl_swarm.core.bodies import Array, ArraySpec, Episode, TokenRollout, TokenSample, Trajectory, Turn  # noqa: E402
+from genrl_swarm.core.bodies import Array, ArraySpec, TokenRollout, TokenSample  # noqa: E402
 from genrl_swarm.core.identity import Identity  # noqa: E402
 from genrl_swarm.core.interfaces import ExchangeResult  # noqa: E402
 from genrl_swarm.core.types import FORMAT_VERSION  # noqa: E402
+from genrl_swarm.paradigms.agents.bodies import Episode, Turn
+from genrl_swarm.paradigms.marl.bodies import Trajectory
 
 ME, HONEST, SWARM = "me", "honest-peer", "genrl-swarm"
 EPOCH = Epoch.new()  # the run every board of this process plays: the stranger's records name it
@@ -235,7 +237,9 @@ class Arena:
         admit(state, stage, inputs, kept, self.policy.check, derive=self.policy.texts, cpu_budget=budget)
         for s in range(stage + 1, self.stages):
             later, _ = self.manager._stage_inputs(state, s)
-            admit(state, s, later, {ME: self.own(later, 0), HONEST: self.own(later, 1)}, self.policy.check, derive=self.policy.texts, cpu_budget=budget)
+            admit(
+                state, s, later, {ME: self.own(later, 0), HONEST: self.own(later, 1)}, self.policy.check, derive=self.policy.texts, cpu_budget=budget
+            )
         rewards = self.reward.score_state(state, cpu_budget=budget)
         state.drops.extend(over + [_drop(p, stage, why) for p, why in result.dropped.items()])
         return result, rewards

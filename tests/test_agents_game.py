@@ -12,10 +12,11 @@ transformers = pytest.importorskip("transformers")  # the tiny model's tokenizer
 from genrl_swarm.paradigms.agents.episodes import ReplayMismatch, Session, task_spec
 
 pytest.importorskip("torch")
-from genrl_swarm.core import Episode, GameState, Task, Turn
+from genrl_swarm.core import GameState, Task
 from genrl_swarm.core.admission import admit
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.games.agent import AgentData, AgentReward, agent_task
+from genrl_swarm.paradigms.agents.bodies import Episode, Turn
 from genrl_swarm.paradigms.agents.policy import AgentPolicy
 from genrl_swarm.paradigms.agents.shared_env import shared_env
 

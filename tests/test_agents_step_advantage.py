@@ -7,7 +7,8 @@ import copy
 
 import pytest
 
-from genrl_swarm.core import Episode, GameState, Rollout, RoundRewards, ScoredRollout, Task, Turn
+from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task
+from genrl_swarm.paradigms.agents.bodies import Episode, Turn
 from genrl_swarm.paradigms.agents.step_advantage import Advantage, anchor_keys, combine, returns_to_go, step_advantages
 
 EPS = 1e-4

@@ -14,8 +14,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # the tiny model's tokenizer and weights
 
-from genrl_swarm.core import Episode, GameState, Rollout, RoundRewards, ScoredRollout, Task
+from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, Task
 from genrl_swarm.games.agent import agent_task
+from genrl_swarm.paradigms.agents.bodies import Episode
 from genrl_swarm.paradigms.agents.cross_policy import OWN, CrossPolicy
 from genrl_swarm.paradigms.agents.episodes import Session, task_spec
 from genrl_swarm.paradigms.agents.learner import AgentLearner, episode_sample, task_advantages

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from genrl_swarm.comm.codec import Codec, PayloadError
-from genrl_swarm.core import FORMAT_VERSION, Array, ArraySpec, Episode, Task, TokenRollout, TokenSample, Trajectory, Turn
+from genrl_swarm.core import FORMAT_VERSION, Array, ArraySpec, Task, TokenRollout, TokenSample
+from genrl_swarm.paradigms.agents.bodies import Episode, Turn
+from genrl_swarm.paradigms.marl.bodies import Trajectory
 
 INPUT = Task.create("q").input(0)
 ids = st.lists(st.integers(0, 2**31 - 1), max_size=40).map(tuple)

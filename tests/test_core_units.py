@@ -30,7 +30,6 @@ from genrl_swarm.core import (
     Coordinator,
     DataManager,
     Drop,
-    Episode,
     ExchangeResult,
     GameConfig,
     GameManager,
@@ -46,8 +45,6 @@ from genrl_swarm.core import (
     Task,
     TokenRollout,
     TokenSample,
-    Trajectory,
-    Turn,
     content_id,
     tie_break,
 )
@@ -64,6 +61,8 @@ from genrl_swarm.core.identity import (
     verify_key,
 )
 from genrl_swarm.core.trust import LATE_WINDOW, SenderBook, TrustConfig
+from genrl_swarm.paradigms.agents.bodies import Episode, Turn
+from genrl_swarm.paradigms.marl.bodies import Trajectory
 
 from helpers import RecordingGame, echo
 

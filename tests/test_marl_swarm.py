@@ -18,10 +18,11 @@ import msgspec  # noqa: E402
 import numpy as np  # noqa: E402
 
 from genrl_swarm.config import instantiate, load_recipe, resolve  # noqa: E402
-from genrl_swarm.core import Array, Body, GameState, RoundResult, StageInput, Trajectory  # noqa: E402
+from genrl_swarm.core import Array, Body, GameState, RoundResult, StageInput  # noqa: E402
 from genrl_swarm.core.admission import admit
 from genrl_swarm.games.marl import MarlData  # noqa: E402
 from genrl_swarm.paradigms.marl import sharing  # noqa: E402
+from genrl_swarm.paradigms.marl.bodies import Trajectory
 from genrl_swarm.paradigms.marl.policy import MarlPolicy  # noqa: E402
 from genrl_swarm.paradigms.marl.replay import verifier_for  # noqa: E402
 from genrl_swarm.run.launcher import build_managers, run_managers  # noqa: E402

@@ -10,9 +10,10 @@ transformers = pytest.importorskip("transformers")  # the tiny model's tokenizer
 from genrl_swarm.paradigms.agents.episodes import Session, task_spec
 
 pytest.importorskip("torch")
-from genrl_swarm.core import Episode, GameState, Task
+from genrl_swarm.core import GameState, Task
 from genrl_swarm.core.admission import admit
 from genrl_swarm.games.agent import AgentReward, agent_task
+from genrl_swarm.paradigms.agents.bodies import Episode
 from genrl_swarm.paradigms.agents.policy import AgentPolicy
 from genrl_swarm.paradigms.agents.shared_env import shared_env
 

@@ -1,16 +1,6 @@
 """Core: the types, bodies, interfaces and loop every peer shares. Imports nothing heavy."""
 
-from genrl_swarm.core.bodies import (
-    Array,
-    ArraySpec,
-    Body,
-    Envelope,
-    Episode,
-    TokenRollout,
-    TokenSample,
-    Trajectory,
-    Turn,
-)
+from genrl_swarm.core.bodies import Array, ArraySpec, Body, Envelope, TokenRollout, TokenSample
 from genrl_swarm.core.game import GameConfig, GameManager, Hooks
 from genrl_swarm.core.interfaces import (
     ActSeed,
@@ -53,7 +43,6 @@ __all__ = [
     "Drop",
     "DropKind",
     "Envelope",
-    "Episode",
     "ExchangeResult",
     "GameConfig",
     "GameManager",
@@ -73,8 +62,6 @@ __all__ = [
     "Task",
     "TokenRollout",
     "TokenSample",
-    "Trajectory",
-    "Turn",
     "Weights",
     "content_id",
     "tie_break",

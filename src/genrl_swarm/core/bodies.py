@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from functools import reduce
-from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -112,57 +112,6 @@ class TokenRollout(Body, frozen=True, tag="tokens"):
         return msgspec.msgpack.encode([x.completion_ids for x in self.samples])
 
 
-# --------------------------------------------------------------------------- tool episodes
-class Turn(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
-    """One message of an episode. Only ``assistant`` tokens were sampled by the policy: they
-    carry log-probs and are the only ones a learner trains on (the loss mask)."""
-
-    role: Literal["system", "user", "assistant", "tool"]
-    token_ids: TokenIds
-    logprobs: LogProbs = ()
-
-    def __post_init__(self) -> None:
-        if self.role == "assistant":
-            check_logprobs(self.logprobs, self.token_ids, "assistant turn")
-        elif self.logprobs:
-            raise ValueError(f"a {self.role} turn was not sampled and has no log-probs")
-
-
-class Episode(Body, frozen=True, tag="episode"):
-    """A multi-turn, tool-using episode as token ids per turn."""
-
-    turns: Annotated[tuple[Turn, ...], msgspec.Meta(min_length=1, max_length=MAX_TURNS)]
-    finish_reason: Literal["answer", "turn_limit", "token_limit", "error"]
-    policy_version: Version
-    tokenizer: Annotated[str, msgspec.Meta(max_length=64)]
-
-    def __post_init__(self) -> None:
-        if sum(len(t.token_ids) for t in self.turns) > MAX_TOKENS * 4:
-            raise ValueError("episode is longer than the token ceiling")
-
-    @property
-    def units(self) -> int:
-        return sum(len(t.token_ids) for t in self.turns)
-
-    def content_key(self) -> bytes | None:
-        sampled = [t.token_ids for t in self.turns if t.role == "assistant"]
-        return msgspec.msgpack.encode(sampled) if sum(map(len, sampled)) >= MIN_COPY_UNITS else None
-
-    @property
-    def token_ids(self) -> list[int]:
-        return [i for t in self.turns for i in t.token_ids]
-
-    @property
-    def loss_mask(self) -> list[bool]:
-        """True for tokens the model produced (trained on), False for prompt and tool tokens."""
-        return [t.role == "assistant" for t in self.turns for _ in t.token_ids]
-
-    @property
-    def logprobs(self) -> list[float]:
-        """Behaviour log-probs aligned with ``token_ids`` (0.0 where the mask is False)."""
-        return [lp for t in self.turns for lp in (t.logprobs if t.role == "assistant" else (0.0,) * len(t.token_ids))]
-
-
 # --------------------------------------------------------------------------- arrays / trajectories
 class Array(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     """A typed n-d array as raw little-endian bytes; the size is checked against dtype x shape
@@ -199,50 +148,6 @@ class ArraySpec(msgspec.Struct, frozen=True):
 
     dtype: DType
     step_shape: tuple[int, ...] = ()
-
-
-class Trajectory(Body, frozen=True, tag="trajectory"):
-    """Per-step arrays of a multi-agent environment episode; every array's first dimension is
-    ``steps``. Optional fields are empty arrays when a policy does not produce them."""
-
-    steps: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
-    observations: Array
-    actions: Array
-    rewards: Array
-    dones: Array
-    action_masks: Array | None = None
-    logprobs: Array | None = None
-    values: Array | None = None
-    policy_version: Version = 0
-
-    FIELDS: ClassVar[tuple[str, ...]] = ("observations", "actions", "rewards", "dones", "action_masks", "logprobs", "values")
-
-    @property
-    def units(self) -> int:
-        return self.steps
-
-    def content_key(self) -> bytes | None:
-        return self.actions.data if self.steps >= MIN_COPY_UNITS else None
-
-    def __post_init__(self) -> None:
-        for name in self.FIELDS:
-            array = getattr(self, name)
-            if array is not None and (not array.shape or array.shape[0] != self.steps):
-                raise ValueError(f"trajectory.{name}: first dimension {array.shape[:1]} is not steps={self.steps}")
-
-    def violations(self, spec: dict[str, ArraySpec]) -> str | None:
-        """The first way this trajectory differs from ``spec`` (field -> dtype/step shape), or None."""
-        for name in self.FIELDS:
-            array, want = getattr(self, name), spec.get(name)
-            if want is None:
-                if array is not None and name not in ("observations", "actions", "rewards", "dones"):
-                    return f"{name}: not declared by this game"
-                continue
-            if array is None:
-                return f"{name}: missing"
-            if array.dtype != want.dtype or tuple(array.shape[1:]) != tuple(want.step_shape):
-                return f"{name}: {array.dtype}{list(array.shape[1:])} per step, expected {want.dtype}{list(want.step_shape)}"
-        return None
 
 
 B = TypeVar("B", bound=Body)

@@ -27,11 +27,12 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from genrl_swarm.core import DataManager, Episode, GameState, RewardManager, Rollout, RoundRewards, StageInput, Task
+from genrl_swarm.core import DataManager, GameState, RewardManager, Rollout, RoundRewards, StageInput, Task
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.envd.tasks.curriculum import CurriculumConfig
 from genrl_swarm.games.agent.shaping import Scored, Shaping, format_terms
+from genrl_swarm.paradigms.agents.bodies import Episode
 from genrl_swarm.paradigms.agents.chat import ChatRenderer
 from genrl_swarm.paradigms.agents.episodes import prefills, replay, task_spec
 from genrl_swarm.paradigms.agents.shared_env import shared_env

@@ -27,12 +27,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from genrl_swarm.core import Episode
 from genrl_swarm.envd.api import EnvClient
 from genrl_swarm.envd.tasks import TASKS
 from genrl_swarm.envd.tasks.calculator import Calculator
 from genrl_swarm.envd.types import TaskSpec
 from genrl_swarm.games.agent.heldout import heldout_seeds
+from genrl_swarm.paradigms.agents.bodies import Episode
 from genrl_swarm.paradigms.agents.chat import ChatRenderer
 from genrl_swarm.paradigms.agents.episodes import Session
 from genrl_swarm.run.failures import command

@@ -24,15 +24,9 @@ from typing import Any
 
 import jax
 
-from genrl_swarm.core import (
-    DataManager,
-    RewardManager,
-    Rollout,
-    StageInput,
-    Task,
-    Trajectory,
-)
+from genrl_swarm.core import DataManager, RewardManager, Rollout, StageInput, Task
 from genrl_swarm.paradigms.marl import sharing
+from genrl_swarm.paradigms.marl.bodies import Trajectory
 from genrl_swarm.paradigms.marl.config import EnvConfig, SystemConfig, derive_seed
 from genrl_swarm.paradigms.marl.replay import env_keys, verifier_for
 from genrl_swarm.paradigms.marl.team import mean_return, team_for

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from genrl_swarm.core.bodies import Turn
 from genrl_swarm.envd.types import Message
+from genrl_swarm.paradigms.agents.bodies import Turn
 
 
 def _chat(messages: Sequence[Message]) -> list[dict[str, Any]]:

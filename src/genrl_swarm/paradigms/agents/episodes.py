@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genrl_swarm.core import meter
-from genrl_swarm.core.bodies import Episode
 from genrl_swarm.core.limits import LimitError
 from genrl_swarm.core.meter import CutOff
 from genrl_swarm.envd.api import EnvClient
@@ -24,6 +23,7 @@ from genrl_swarm.envd.errors import EnvUnavailable, SessionLost, SessionNotFound
 from genrl_swarm.envd.parsing import parse_action
 from genrl_swarm.envd.protocol import Stats
 from genrl_swarm.envd.types import Action, FinishReason, Reset, StepResult, TaskSpec
+from genrl_swarm.paradigms.agents.bodies import Episode
 from genrl_swarm.paradigms.agents.chat import ChatRenderer, Conversation
 
 #: Infrastructure failures of one session while acting: they end that episode (``error``), not the peer.

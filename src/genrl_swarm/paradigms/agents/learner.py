@@ -33,7 +33,8 @@ from typing import Any, Literal
 
 import torch
 
-from genrl_swarm.core import Episode, GameState, RoundRewards, ScoredRollout, Task
+from genrl_swarm.core import GameState, RoundRewards, ScoredRollout, Task
+from genrl_swarm.paradigms.agents.bodies import Episode
 from genrl_swarm.paradigms.agents.step_advantage import Advantage, anchor_keys, combine, returns_to_go, step_advantages
 from genrl_swarm.paradigms.lm.grpo_loss import group_advantages
 from genrl_swarm.paradigms.lm.learner import Batch, GRPOConfig, GRPOLearner, Sample

@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from genrl_swarm.core import Body, Episode, Refusal, RunInterrupted, StageInput
+from genrl_swarm.core import Body, Refusal, RunInterrupted, StageInput
 from genrl_swarm.envd.api import EnvClient
+from genrl_swarm.paradigms.agents.bodies import Episode
 from genrl_swarm.paradigms.agents.chat import ChatRenderer
 from genrl_swarm.paradigms.agents.cross_policy import OWN, CrossPolicy, CrossPolicyConfig
 from genrl_swarm.paradigms.agents.episodes import Session, prefills, task_spec

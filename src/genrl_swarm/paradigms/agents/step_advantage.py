@@ -27,7 +27,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 
-from genrl_swarm.core import Turn
+from genrl_swarm.paradigms.agents.bodies import Turn
 
 
 class Advantage(enum.Enum):

@@ -14,14 +14,9 @@ import flax.serialization
 import jax
 import numpy as np
 
-from genrl_swarm.core import (
-    Body,
-    Policy,
-    StageInput,
-    Trajectory,
-    Weights,
-)
+from genrl_swarm.core import Body, Policy, StageInput, Weights
 from genrl_swarm.paradigms.marl import sharing
+from genrl_swarm.paradigms.marl.bodies import Trajectory
 from genrl_swarm.paradigms.marl.config import EnvConfig, SystemConfig
 from genrl_swarm.paradigms.marl.replay import ReplayError, env_keys, to_body, verifier_for
 from genrl_swarm.paradigms.marl.team import Params, team_for

@@ -22,8 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genrl_swarm.core.bodies import Array, ArraySpec, Trajectory
+from genrl_swarm.core.bodies import Array, ArraySpec
 from genrl_swarm.paradigms.marl import cache as compilation_cache
+from genrl_swarm.paradigms.marl.bodies import Trajectory
 from genrl_swarm.paradigms.marl.config import EnvConfig
 from genrl_swarm.paradigms.marl.envs import EnvState, MultiAgentEnv
 from genrl_swarm.paradigms.marl.team import Batch, Rollout, mean_return
