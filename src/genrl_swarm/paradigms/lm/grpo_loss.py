@@ -134,6 +134,7 @@ def grpo_loss(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    *,
     eps_low: float = 0.2,
     eps_high: float = 0.28,
     beta: float = 0.0,

@@ -266,9 +266,11 @@ class GRPOLearner(Learner):
             # current forward, detached (no extra pass); later epochs need the stored copy.
             prox = unit.prox_logp if unit.prox_logp is not None else logp.detach()
             loss, s = grpo_loss(
-                logp, prox, unit.advantages, unit.completion_mask, self.cfg.epsilon_low, self.cfg.epsilon_high,
-                self.cfg.beta, unit.ref_logp, self.cfg.loss_aggregation, total_tokens, float(len(samples)),
-                unit.behaviour_logp, self.cfg.off_policy, self.cfg.is_cap, unit.swarm, draws,
+                logp, prox, unit.advantages, unit.completion_mask,
+                eps_low=self.cfg.epsilon_low, eps_high=self.cfg.epsilon_high, beta=self.cfg.beta, ref_logp=unit.ref_logp,
+                aggregation=self.cfg.loss_aggregation, total_tokens=total_tokens, total_sequences=float(len(samples)),
+                behaviour_logp=unit.behaviour_logp, off_policy=self.cfg.off_policy, is_cap=self.cfg.is_cap,
+                swarm=unit.swarm, swarm_draws=draws,
             )  # fmt: skip
             acc["loss"] += float(loss.detach())
             for k in sums:
