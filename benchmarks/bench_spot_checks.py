@@ -16,6 +16,10 @@ share of the receiver's generation, per sender and for the whole swarm, in wall 
 redoing one random sample of each body (``trust.spot_check_samples=1``).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_spot_checks.py --model HuggingFaceTB/SmolLM2-135M-Instruct --rounds 8
+
+False alarms on many bodies (every body of every round checked, one sender):
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_spot_checks.py --pack-any-width --questions 32 --rounds 32 --peers 2 --k 32
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from common import machine, table
 from genrl_swarm.core import ActSeed
 from genrl_swarm.core.interfaces import WorkCheck
 from genrl_swarm.data.digits import DigitArithmeticData
+from genrl_swarm.paradigms.lm import packed as packing
 from genrl_swarm.paradigms.lm.models import SMOLLM2, ensure_smollm2
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 
@@ -60,7 +65,10 @@ def main() -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--k", type=int, default=1, help="bodies checked per sender and stage (trust.spot_checks)")
     p.add_argument("--peers", type=int, default=8, help="swarm size: the receiver checks peers - 1 senders a round")
+    p.add_argument("--pack-any-width", action="store_true", help="pack models narrower than lm.packed.MIN_WIDTH too (the tiny model)")
     a = p.parse_args()
+    if a.pack_any_width:  # calibration on the tiny model: its senders and checks on packed kernels as well
+        packing.MIN_WIDTH = 0
     model = str(ensure_smollm2()) if a.model == SMOLLM2 else a.model
     print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load {os.getloadavg()[0]:.2f}")
     sampling = {"num_generations": a.generations, "max_new_tokens": a.max_new_tokens, "temperature": a.temperature, "top_p": a.top_p}

@@ -19,7 +19,7 @@ import peft  # noqa: F401 - LMPolicy builds its LoRA adapters with it; model_dig
 import torch
 
 from genrl_swarm.core import ActSeed, Task
-from genrl_swarm.paradigms.lm.model_digest import adapter_bytes, adapter_state, tensors_digest
+from genrl_swarm.paradigms.lm.model_digest import adapter_bytes, adapter_slots, adapter_state, tensors_digest
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 from genrl_swarm.paradigms.lm.verify import check_bodies
 
@@ -73,6 +73,21 @@ def test_a_receiver_checks_a_senders_bodies_with_the_senders_adapter() -> None:
     assert all(v.ok for v in check_bodies(model, bodies, SEED, cfg.temperature, cfg.top_p, sender.eos_ids))
     assert not any(v.ok for v in check_bodies(receiver.model, bodies, SEED, cfg.temperature, cfg.top_p, sender.eos_ids))
     assert receiver.model_digest().adapter != digest.adapter  # its own adapter is untouched
+
+
+def test_each_loaded_adapter_is_written_into_the_live_parameters() -> None:
+    """A receiver loads one sender's adapter after another into one scratch model, in place
+    (``adapter_slots``): the model then computes with exactly the adapter last loaded."""
+    receiver = peer(2)
+    for seed, scale in ((1, 0.3), (3, -0.2)):
+        sender = peer(seed)
+        step(sender, scale)
+        model = receiver.sender_model(adapter_bytes(sender.model), sender.model_digest().adapter)
+        assert adapter_slots(model) is not None  # peft's tensors are the parameters: loads go in place
+        assert tensors_digest(adapter_state(model)) == sender.model_digest().adapter
+        x = torch.tensor([[3, 1, 4, 1, 5]])
+        with torch.no_grad():
+            torch.testing.assert_close(model.eval()(input_ids=x).logits, sender.model.eval()(input_ids=x).logits)
 
 
 def test_bytes_that_are_not_the_committed_adapter_are_refused() -> None:

@@ -1,8 +1,10 @@
 """Spot checks (issue 45.4, the check itself): one teacher-forced pass redoes a body's seeded
 draws (``lm.verify``).
 
-- honest bodies pass: 1,024 bodies from fp32 samplers on 1 and 2 threads, packed and unpacked
-  kernels, static and dynamic KV paths, with and without a nucleus: no false alarm, few near ties;
+- honest bodies pass: 512 bodies from fp32 samplers on 1 and 2 threads, packed and unpacked
+  kernels, static and dynamic KV paths, with and without a nucleus, each checked on packed and on
+  unpacked kernels (1,024 checks): no false alarm, few near ties; a model the decoder does not
+  support is checked through its own forward;
 - a cheater is caught by the check of one body: a best-of-n pick, tokens from another model,
   from another adapter than the one checked, and tokens from no model at all; claimed log-probs
   that are not the model's.
@@ -22,6 +24,7 @@ import torch
 
 from genrl_swarm.core import ActSeed, StageInput, Task, TokenRollout
 from genrl_swarm.paradigms.lm import packed as packing
+from genrl_swarm.paradigms.lm import verify
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 from genrl_swarm.paradigms.lm.verify import Verdict, check_bodies
 
@@ -34,9 +37,11 @@ def inputs(count: int, salt: str = "") -> list[StageInput]:
     return [Task.create(f"Calculate {i} + {i % 7}.{salt}").input(0) for i in range(count)]
 
 
-def check(policy: LMPolicy, bodies: list[TokenRollout], seed: ActSeed = SEED, model: object | None = None) -> list[Verdict]:
+def check(
+    policy: LMPolicy, bodies: list[TokenRollout], seed: ActSeed = SEED, model: object | None = None, packs: packing.PackCache | None = None
+) -> list[Verdict]:
     cfg = policy.sampling
-    return check_bodies(model or policy.model, bodies, seed, cfg.temperature, cfg.top_p, policy.eos_ids)
+    return check_bodies(model or policy.model, bodies, seed, cfg.temperature, cfg.top_p, policy.eos_ids, packs=packs)
 
 
 @pytest.mark.parametrize(
@@ -51,19 +56,20 @@ def check(policy: LMPolicy, bodies: list[TokenRollout], seed: ActSeed = SEED, mo
 def test_honest_bodies_pass_on_any_threads_and_kernels(
     monkeypatch: pytest.MonkeyPatch, changes: dict[str, object], temperature: float, top_p: float
 ) -> None:
-    """128 bodies a configuration (512 in all; benchmarks/bench_spot_checks.py checks thousands
-    on SmolLM2), checked by a pass on the receiver's defaults."""
+    """128 bodies a configuration (512 in all; benchmarks/bench_spot_checks.py checks more on
+    SmolLM2), each checked on the modules and on packed weights (how a receiver checks)."""
     monkeypatch.setattr(packing, "MIN_WIDTH", 0)  # the tiny model packed too
     sender = LMPolicy("tiny-random", {**SAMPLING, "temperature": temperature, "top_p": top_p, **changes}, seed=1)
     verdicts = []
     for r in range(2):
         seed = replace(SEED, round=r)
         sender.begin_round(seed)
-        verdicts += check(sender, sender.rollouts(inputs(64, f" r{r}")), seed)
+        bodies = sender.rollouts(inputs(64, f" r{r}"))
+        verdicts += [v for packs in (None, packing.PackCache()) for v in check(sender, bodies, seed, packs=packs)]
     bad = [v.mismatch for v in verdicts if not v.ok]
     assert not bad, bad[:3]
     tokens, ties = sum(v.tokens for v in verdicts), sum(v.near_ties for v in verdicts)
-    assert tokens > 2_500 and ties <= 0.02 * (tokens + ties)  # near ties are rare
+    assert tokens > 5_000 and ties <= 0.02 * (tokens + ties)  # near ties are rare
     assert max(v.worst_logprob_error for v in verdicts) < 1e-3
 
 
@@ -165,3 +171,13 @@ def test_a_sample_redone_alone_keeps_its_own_key(honest: LMPolicy) -> None:
     swapped = msgspec.structs.replace(body, samples=(body.samples[1], body.samples[0], *body.samples[2:]))  # each under another's key
     assert not check_bodies(honest.model, [swapped], SEED, cfg.temperature, cfg.top_p, honest.eos_ids, samples=[[0]])[0].ok
     assert check_bodies(honest.model, [swapped], SEED, cfg.temperature, cfg.top_p, honest.eos_ids, samples=[[2, 3]])[0].ok
+
+
+def test_a_model_the_decoder_does_not_run_is_checked_through_its_forward(honest: LMPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Architectures ``lm.decoder`` refuses: the model's own forward, the prompt once per body."""
+    monkeypatch.setattr(verify, "supports", lambda model: False)
+    honest.begin_round(SEED)
+    bodies = honest.rollouts(inputs(8, " forward"))
+    assert all(v.ok for v in check(honest, bodies))
+    lied = [msgspec.structs.replace(b, samples=b.samples[::-1]) for b in bodies]  # each sample under another's key
+    assert caught(check(honest, lied)) == 1.0

@@ -208,7 +208,8 @@ class Decoder:
         scores = torch.matmul(q, keys.transpose(-1, -2))
         return torch.matmul(torch.softmax(scores.float().add_(bias), dim=-1).to(values.dtype), values)
 
-    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The head's logits of the last layer's hidden states ``x`` (normed here), on the packed head when there is one."""
         return (self.packed.head if self.packed is not None else self.head)(self.norm(x))
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, group: int, width: int) -> tuple[KVBuffer, torch.Tensor]:
@@ -237,7 +238,7 @@ class Decoder:
             x = self._block(ids[:, length - rest :], keep, shared + (keep.cumsum(1) - 1).clamp(min=0), buffer, shared, group)
             buffer.valid[:, :shared] = True
             buffer.valid[:, shared : shared + rest] = keep.repeat_interleave(group, 0)
-        logits = self._logits(x[:, -1:])[:, 0]
+        logits = self.logits(x[:, -1:])[:, 0]
         return buffer, logits.repeat_interleave(group, 0) if group > 1 else logits
 
     def _block(self, ids: torch.Tensor, keep: torch.Tensor, positions: torch.Tensor, buffer: KVBuffer, start: int, group: int) -> torch.Tensor:
@@ -245,11 +246,19 @@ class Decoder:
         values into columns [start, start + T) of each input row's ``group`` buffer rows; the
         columns before ``start`` (a shared prefix) are visible to every query. Returns the last
         layer's hidden states [B, T, hidden]."""
-        b, t = ids.shape
+        t = ids.shape[1]
         causal = torch.ones(t, t, dtype=torch.bool, device=ids.device).tril()
         # A padding query sees only itself (a row with no visible key would give NaN); real
         # queries never see padding keys, so what padding positions compute is never used.
         attend = (causal & keep[:, None, :]) | torch.eye(t, dtype=torch.bool, device=ids.device)
+        return self.block(ids, positions, attend, buffer, start, group)
+
+    def block(self, ids: torch.Tensor, positions: torch.Tensor, attend: torch.Tensor, buffer: KVBuffer, start: int, group: int = 1) -> torch.Tensor:
+        """``_block`` with the block's own attention pattern: ``attend`` [B, T, T] says which of the
+        block's tokens each query sees (every query must see at least itself); the columns before
+        ``start`` are visible to every query. Teacher-forced checks (``lm.teacher_forced``) lay
+        several completions of one prompt side by side in one row this way."""
+        b, t = ids.shape
         if start:
             attend = torch.cat([attend.new_ones(b, t, start), attend], dim=2)
         attend = attend[:, None]
@@ -273,7 +282,7 @@ class Decoder:
         cos, sin = cos[:, None], sin[:, None]
         for i in range(len(self.layers)):
             x = self._attend(i, x, cos, sin, buffer.data[i], column, mask, 1)
-        return self._logits(x)[:, 0]
+        return self.logits(x)[:, 0]
 
     def _packed_step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, buffer: KVBuffer, column: int, mask: torch.Tensor) -> torch.Tensor:
         """``step`` on the packed weights, x [R, hidden], in as few kernels as it takes.
@@ -295,4 +304,4 @@ class Decoder:
             out = self._decode_attention(qk[:, :h].view(r, kvh, h // kvh, d), keys, values, mask)
             x = fused.o.add(out.view(r, h * d), x)
             x = fused.down.add(packing.gated(fused, layer.post_attention_layernorm(x)), x)
-        return self._logits(x)
+        return self.logits(x)

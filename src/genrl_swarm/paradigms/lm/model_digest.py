@@ -80,9 +80,20 @@ def adapter_bytes(model: Any) -> bytes:
     return save({k: v.contiguous() for k, v in adapter_state(model).items()})
 
 
-def load_adapter(model: Any, blob: bytes, digest: str) -> None:
+def adapter_slots(model: Any) -> dict[str, torch.Tensor] | None:
+    """``adapter_state`` whose tensors are the live parameters' own storage, for ``load_adapter``
+    to write in place; None where peft hands out copies. Why: peft's state-dict helpers walk the
+    whole model on every call (SmolLM2 with LoRA on every projection: 25 ms to read the adapter,
+    39 ms to set it); a receiver that checks a sender a round loads an adapter each time."""
+    state = adapter_state(model)
+    live = {p.data_ptr() for p in model.parameters()}
+    return state if all(t.data_ptr() in live for t in state.values()) else None
+
+
+def load_adapter(model: Any, blob: bytes, digest: str, slots: dict[str, torch.Tensor] | None = None) -> None:
     """Set ``model``'s adapter to ``blob``'s tensors, if and only if they hash to ``digest`` and
-    fit the adapter ``model`` has (names, shapes, dtypes); ValueError otherwise, ``model`` unchanged."""
+    fit the adapter ``model`` has (names, shapes, dtypes); ValueError otherwise, ``model`` unchanged.
+    ``slots``: ``model``'s ``adapter_slots``, when the caller keeps them (written in place)."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load
 
@@ -94,7 +105,12 @@ def load_adapter(model: Any, blob: bytes, digest: str) -> None:
         raise ValueError(f"not a safetensors adapter: {e}") from e
     if tensors_digest(tensors) != digest:
         raise ValueError("the adapter's bytes do not hash to the digest committed")
-    own = adapter_state(model)
+    own = slots if slots is not None else adapter_state(model)
     if own.keys() != tensors.keys() or any(own[k].shape != tensors[k].shape or own[k].dtype != tensors[k].dtype for k in own):
         raise ValueError("the adapter does not fit this model's adapter (names, shapes or dtypes differ)")
-    set_peft_model_state_dict(model, tensors)
+    if slots is None:
+        set_peft_model_state_dict(model, tensors)
+        return
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            slots[name].copy_(tensor)

@@ -28,7 +28,7 @@ from genrl_swarm.paradigms.lm import heap
 from genrl_swarm.paradigms.lm.adapters import adapt
 from genrl_swarm.paradigms.lm.answers import DEFAULT_SYSTEM_PROMPT
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
-from genrl_swarm.paradigms.lm.model_digest import ModelDigest, adapter_bytes, load_adapter, model_digest
+from genrl_swarm.paradigms.lm.model_digest import ModelDigest, adapter_bytes, adapter_slots, load_adapter, model_digest
 from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, apply_lora, check_model, load_peer_model
 from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.precision import inexact_fp32
@@ -152,6 +152,7 @@ class LMPolicy(Policy):
         self._scratch: Any = None  # a shell of the shared base for other peers' adapters (``sender_model``)
         self._inexact: str | None = None  # why a draw this round was not exact fp32 (``committed_model``)
         self._told: str | None = None  # the last such reason logged
+        self._scratch_slots: dict[str, torch.Tensor] | None = None  # its adapter's tensors, written in place
 
     @classmethod
     def preflight(cls, arguments: Mapping[str, Any]) -> None:
@@ -406,7 +407,7 @@ class LMPolicy(Policy):
                 torch.set_num_threads(self.sampling.threads)
             try:
                 picked = [samples[i] for i, _ in rollouts] if samples is not None else None
-                verdicts = check_bodies(checked, [b for _, b in rollouts], seed, t, p, self.eos_ids, samples=picked)
+                verdicts = check_bodies(checked, [b for _, b in rollouts], seed, t, p, self.eos_ids, samples=picked, packs=self._packs)
             finally:
                 torch.set_num_threads(threads)
             for (i, _), verdict in zip(rollouts, verdicts, strict=True):
@@ -421,7 +422,8 @@ class LMPolicy(Policy):
             raise ValueError("only adapter peers on a shared base can load another peer's adapter")
         if self._scratch is None:
             self._scratch = apply_lora(self.base.shell(), self.lora)
-        load_adapter(self._scratch, blob, digest)
+            self._scratch_slots = adapter_slots(self._scratch)
+        load_adapter(self._scratch, blob, digest, self._scratch_slots)
         return self._scratch
 
     # ------------------------------------------------------------------ weights

@@ -3,7 +3,8 @@
 Why: with seeded sampling (``lm.seeding``) a body's tokens are a function of the sender's model
 and public numbers, so a receiver holding that model (an adapter fetched by its committed digest,
 on the base every peer shares) needs no trust in the sender: it recomputes the logits of prompt +
-completion in one teacher-forced pass and, token by token, asks whether the sampler with the
+completion in one teacher-forced pass (``lm.teacher_forced``: on the sampler's decoder and packed
+kernels, the prompt once per body) and, token by token, asks whether the sampler with the
 public ``u`` picks the token sent, and whether the claimed behaviour log-prob is the recomputed
 one. A best-of-n pick, tokens from another model or adapter, and tokens from no model at all fail
 (tests/test_spot_checks.py); an honest sender on other threads, kernels or machines differs only
@@ -31,7 +32,12 @@ from typing import Any
 import torch
 
 from genrl_swarm.core import ActSeed, TokenRollout
+from genrl_swarm.paradigms.lm.adapters import adapt
+from genrl_swarm.paradigms.lm.decoder import Decoder, supports
+from genrl_swarm.paradigms.lm.packed import PackCache
+from genrl_swarm.paradigms.lm.sampling import BLOCK
 from genrl_swarm.paradigms.lm.seeding import row_key, uniform
+from genrl_swarm.paradigms.lm.teacher_forced import body_logits
 
 
 @dataclass(frozen=True)
@@ -75,17 +81,15 @@ class Draws:
 
 
 def intervals(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_p: float, mass: float) -> Draws:
-    """``Draws`` of ``tokens`` [T] under ``logits`` [T, V], as ``sampling.pick`` draws (float64)."""
+    """``Draws`` of ``tokens`` [T] under ``logits`` [T, V], as ``sampling.pick`` draws: without a
+    nucleus in its own arithmetic (``tempered``), with one in float64 over the vocabulary."""
+    if top_p >= 1.0:
+        return tempered(logits, tokens, temperature)
     scaled = logits.double()
     if temperature != 1.0:
         scaled = (scaled - scaled.amax(-1, keepdim=True)) / temperature
     probs = torch.softmax(scaled, -1)
     index = tokens[:, None]
-    if top_p >= 1.0:
-        lo = (probs.cumsum(-1) - probs).gather(-1, index).squeeze(-1)
-        p = probs.gather(-1, index).squeeze(-1)
-        none = torch.zeros_like(p)
-        return Draws(lo, lo + p, torch.log_softmax(scaled, -1).gather(-1, index).squeeze(-1), none.bool(), none)
     ranked, order = probs.sort(dim=-1, descending=True, stable=True)
     before = ranked.cumsum(-1) - ranked
     kept = before < top_p
@@ -97,6 +101,35 @@ def intervals(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, to
     unsure = (before - top_p).abs() < mass  # in or out of the nucleus by rounding
     slack = (ranked * unsure).sum(-1) / total.squeeze(-1)
     return Draws(lo, lo + p, p.log(), unsure.gather(-1, rank).squeeze(-1), slack)
+
+
+def tempered(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> Draws:
+    """``intervals`` without a nucleus, computed as ``sampling.draw_tempered`` draws: float32
+    weights ``exp(scaled - max)``, summed per ``BLOCK`` of the vocabulary in float32, the blocks'
+    running sum and the token's block's own in float64. An edge is then the sampler's own up to
+    the logits' rounding, and the vocabulary is read in float32 three times (the float64 softmax,
+    running sum and log-softmax of the whole vocabulary cost a SmolLM2 body of 128 tokens 40-80 ms).
+    """
+    scaled = logits.float()
+    if temperature != 1.0:
+        scaled = (scaled - scaled.amax(-1, keepdim=True)) / temperature
+    rows, vocab = scaled.shape
+    top = scaled.amax(-1, keepdim=True)
+    weights = (scaled - top).exp_()
+    if vocab % BLOCK:
+        weights = torch.nn.functional.pad(weights, (0, BLOCK - vocab % BLOCK))
+    blocks = weights.view(rows, -1, BLOCK)
+    cdf = blocks.sum(-1).double().cumsum(-1)
+    total = cdf[:, -1]
+    block, column = tokens // BLOCK, tokens % BLOCK
+    every = torch.arange(rows)
+    earlier = torch.where(block > 0, cdf[every, (block - 1).clamp(min=0)], torch.zeros_like(total))
+    inner = blocks[every, block].cumsum(-1, dtype=torch.float64)  # the token's block only
+    lo = earlier + torch.where(column > 0, inner[every, (column - 1).clamp(min=0)], torch.zeros_like(total))
+    hi = earlier + inner[every, column]
+    logprob = scaled[every, tokens].double() - top[:, 0].double() - total.log()
+    none = torch.zeros_like(total)
+    return Draws(lo / total, hi / total, logprob, none.bool(), none)
 
 
 def forward_logits(model: Any, sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[torch.Tensor]:
@@ -158,16 +191,27 @@ def check_bodies(
     tolerance: Tolerance = Tolerance(),
     rows: int = 64,
     samples: Sequence[Sequence[int]] | None = None,
+    packs: PackCache | None = None,
 ) -> list[Verdict]:
-    """``check_body`` of each of one sender's ``bodies``: each body's prompt forwarded once and its
-    samples ``rows`` at a time after it (``shared_prompt_logits``). ``samples``: per body, the
-    indices of the samples to redo (each keeps its own key); None: all of them."""
+    """``check_body`` of each of one sender's ``bodies``. ``samples``: per body, the indices of the
+    samples to redo (each keeps its own key); None: all of them. The logits come from one
+    teacher-forced pass per body on the sampler's decoder (``lm.teacher_forced``), on the base's
+    packed weights from ``packs`` when given (the sender's LoRA terms added on top); a model the
+    decoder does not support runs its own forward, the prompt once and ``rows`` samples at a time
+    after it (``shared_prompt_logits``)."""
+    decoder = Decoder(model) if supports(model) else None
+    if decoder is not None and packs is not None:
+        packed = packs.get(decoder)
+        decoder.packed = adapt(packed, decoder.layers, decoder.head) if packed is not None else None
+    model.eval()  # as the sampler runs it (a learner leaves it in train mode: LoRA dropout)
     out = []
     for b, body in enumerate(bodies):
         picked = sorted(set(samples[b])) if samples is not None else range(len(body.samples))
         completions = [body.samples[k].completion_ids for k in picked]
         if not body.prompt_ids:  # nothing to share: a plain teacher-forced pass
             logits = forward_logits(model, [((), c) for c in completions])
+        elif decoder is not None:
+            logits = body_logits(decoder, body.prompt_ids, completions)
         else:
             logits = [x for i in range(0, len(completions), rows) for x in shared_prompt_logits(model, body.prompt_ids, completions[i : i + rows])]
         out.append(_verdict(body, dict(zip(picked, logits, strict=True)), seed, temperature, top_p, set(eos_ids), tolerance))

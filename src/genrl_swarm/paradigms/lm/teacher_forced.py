@@ -1,0 +1,124 @@
+"""A body's next-token logits, recomputed in one teacher-forced pass on the sampler's own decoder.
+
+Why: a spot check (``lm.verify``) recomputes the logits each of a body's tokens was drawn from.
+Through the model's forward that cost 0.71 CPU-s per SmolLM2 body of 8 x 16 tokens: PEFT's
+unfused LoRA modules, HF's cache and mask plumbing, the prompt's keys and values copied to every
+sample, finished samples padded to the longest, the head run at every prompt position. Here the
+pass runs on ``lm.decoder`` as the sampler does (with the shared base's packed, fused weights and
+the sender's low-rank terms added on top, ``lm.adapters``, when the caller gives them), the prompt
+once, and then the completions side by side in one row: each completion sees the whole prompt and
+its own earlier tokens (a block-diagonal causal pattern over the row), at the positions it was
+sampled at. No position is padding, no key is copied, and the head runs only where the next token
+is one the check redoes.
+
+On the packed weights the layers run as the sampler's packed decode step does (``packed_pass``:
+q/k/v and gate/up fused, RoPE on the query and key heads at once with the attention scale folded
+in, the residuals added inside oneDNN's o and down matmuls); otherwise through
+``Decoder.block`` and the modules. A completion's last token is never fed (nothing checked comes
+after it), and the prompt runs in the first chunk's pass. SmolLM2, a body of 8 x 16 tokens after a
+45-token prompt, one thread (2026-11-28, a loaded 2-core Xeon): the model's forward 0.62-0.72
+CPU-s; this pass on the modules 0.52-0.54, packed 0.46-0.50 with the modules' plumbing around the
+packed matmuls, and ``packed_pass`` below (docs/benchmarks.md has the final numbers).
+
+The completions are cut into chunks of at most ``CHUNK`` tokens (a whole completion each), so the
+attention pattern stays small however many samples a body has; the prompt's keys stay in the
+buffer's first columns and every chunk writes the columns after them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from genrl_swarm.paradigms.lm import packed as packing
+from genrl_swarm.paradigms.lm.decoder import Decoder, KVBuffer, RopeTables
+
+#: Tokens of completions per pass after the prompt. A chunk's attention pattern is CHUNK x (prompt
+#: + CHUNK) booleans and its matmuls CHUNK rows tall: big enough for oneDNN's kernels to run at
+#: full speed, small enough that a body of many long samples never builds a quadratic mask.
+CHUNK = 512
+
+
+def chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices of ``lengths`` in order, grouped so that each group's total is at most ``budget``
+    (a longer one alone); a length 0 joins the group before it, so no group but the first is empty."""
+    out: list[list[int]] = []
+    total = 0
+    for i, n in enumerate(lengths):
+        if not out or (n and total + n > budget):
+            out.append([])
+            total = 0
+        out[-1].append(i)
+        total += n
+    return out
+
+
+def layout(prefix: int, lengths: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A row of a ``prefix`` (the prompt) and then sequences of ``lengths`` that each continue it,
+    laid end to end: each token's position [T] (a sequence's first token sits right after the
+    prefix) and which tokens each token sees [T, T] (the prefix causally; a sequence's token the
+    whole prefix and its own sequence up to itself, never another sequence)."""
+    sizes = torch.tensor([prefix, *lengths], device=device)
+    owner = torch.repeat_interleave(torch.arange(len(sizes), device=device), sizes)
+    offset = torch.arange(int(sizes.sum()), device=device) - (sizes.cumsum(0) - sizes)[owner]
+    own = (owner[:, None] == owner[None, :]) & (offset[:, None] >= offset[None, :])
+    return torch.where(owner > 0, prefix + offset, offset), own | ((owner[:, None] > 0) & (owner[None, :] == 0))
+
+
+@torch.inference_mode()
+def body_logits(decoder: Decoder, prompt: Sequence[int], completions: Sequence[Sequence[int]], budget: int = CHUNK) -> list[torch.Tensor]:
+    """Each completion's next-token logits over its own tokens [len, V] (float32): row t is the
+    distribution its token t was drawn from, after ``prompt`` (non-empty) and its tokens before t."""
+    if not prompt or not all(completions):
+        raise ValueError("a teacher-forced pass needs a prompt and non-empty completions")
+    device, start = decoder.device, len(prompt)
+    fed = [list(c[:-1]) for c in completions]
+    groups = chunks([len(f) for f in fed], budget)
+    buffer = decoder.allocate(1, start + max(sum(len(fed[i]) for i in group) for group in groups))
+    parts: list[torch.Tensor] = []
+    for n, group in enumerate(groups):
+        positions, attend = layout(start, [len(fed[i]) for i in group], device)
+        tokens = [t for i in group for t in fed[i]]
+        if n == 0:  # the prompt, then this chunk; its last position gives every first token's logits
+            x = run(decoder, torch.tensor([*prompt, *tokens], device=device), positions, attend, buffer, 0)[start - 1 :]
+        else:  # the prompt's keys and values are in the buffer's first columns
+            x = run(decoder, torch.tensor(tokens, device=device), positions[start:], attend[start:, start:], buffer, start)
+        parts.append(decoder.logits(x).float())
+    logits = torch.cat(parts)
+    first, rest = logits[:1], logits[1:].split([len(f) for f in fed])
+    return [torch.cat([first, r]) for r in rest]
+
+
+def run(decoder: Decoder, ids: torch.Tensor, positions: torch.Tensor, attend: torch.Tensor, buffer: KVBuffer, start: int) -> torch.Tensor:
+    """Tokens ``ids`` [T] at ``positions`` through every layer, seeing each other as ``attend``
+    [T, T] says and every column before ``start``; their keys and values into the columns after.
+    The last layer's hidden states [T, hidden]."""
+    if decoder.packed is None:
+        return decoder.block(ids[None], positions[None], attend[None], buffer, start)[0]
+    seen = torch.cat([attend.new_ones(len(ids), start), attend], dim=1)
+    bias = torch.zeros(seen.shape, dtype=torch.float32, device=ids.device).masked_fill_(~seen, float("-inf"))
+    return packed_pass(decoder, decoder.packed, ids, positions, bias, buffer.data[:, :, 0], start)
+
+
+def packed_pass(
+    decoder: Decoder, weights: packing.PackedWeights, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor, kv: torch.Tensor, start: int
+) -> torch.Tensor:
+    """``run`` on packed weights, as ``Decoder._packed_step`` runs a decode step: ``bias`` [T, start + T]
+    (0 where a key is seen, -inf elsewhere), ``kv`` [layers, 2, kv_heads, width, head_dim]."""
+    t, h, kvh, d = len(ids), decoder.heads, decoder.kv_heads, decoder.head_dim
+    x = decoder.embed(ids)
+    cos, sin = decoder.rotary(x[None], positions[None])
+    rope = RopeTables.of(cos[0], sin[0], h, kvh, float(decoder.layers[0].self_attn.scaling))
+    end = start + t
+    for i, (layer, fused) in enumerate(zip(decoder.layers, weights.layers, strict=True)):
+        qkv = fused.qkv(layer.input_layernorm(x))  # [T, (h + 2 kvh) * d]
+        qk = rope.turn(qkv[:, : (h + kvh) * d].view(t, h + kvh, d))  # q (scaled) and k heads
+        kv[i, 0, :, start:end], kv[i, 1, :, start:end] = qk[:, h:].transpose(0, 1), qkv[:, (h + kvh) * d :].view(t, kvh, d).transpose(0, 1)
+        out = F.scaled_dot_product_attention(
+            qk[:, :h].transpose(0, 1)[None], kv[i, 0, :, :end][None], kv[i, 1, :, :end][None], attn_mask=bias[None, None], scale=1.0, enable_gqa=True
+        )
+        x = fused.o.add(out[0].transpose(0, 1).reshape(t, h * d), x)
+        x = fused.down.add(packing.gated(fused, layer.post_attention_layernorm(x)), x)
+    return x
