@@ -116,7 +116,8 @@ def executed_gflop(learner: GRPOLearner, rewards: RoundRewards) -> tuple[float, 
     head = model.get_output_embeddings().weight
     body = sum(p.numel() for n, p in model.named_parameters() if p is not head and "embed" not in n)
     hv = head.numel()
-    samples = learner.samples(learner.select(GameState(0, "me"), rewards))
+    state = GameState(0, "me")
+    samples = learner.samples(state, learner.select(state, rewards))
     body_tokens = head_tokens = real = 0
     for unit in learner.units(samples):
         if isinstance(unit, PrefixBatch):

@@ -133,8 +133,7 @@ def test_the_learner_trains_in_each_mode(policy: LMPolicy, mode: str) -> None:
 def test_turn_samples_are_the_model_turns_with_their_context(policy: LMPolicy) -> None:
     learner = AgentLearner(policy, normalize="group", advantage="step")
     chosen = [ScoredRollout(Rollout("me", 0, 0, episode(e)), (r,)) for e, r in zip(EPISODES, REWARDS)]
-    learner._tasks = by_id("A")
-    rows = learner.samples(chosen)
+    rows = learner.samples(GameState(0, "me", by_id("A")), chosen)
     e2 = [r for r in rows if r.prompt_ids[:2] == [1, 2] and len(r.prompt_ids) >= 2 and r.completion_ids in ([12, 3], [13], [14])]
     assert [(list(r.prompt_ids), list(r.completion_ids)) for r in e2] == [
         ([1, 2], [12, 3]),
@@ -170,7 +169,5 @@ def test_swarm_rows_get_the_swarm_cap(policy: LMPolicy) -> None:
     mine = [ScoredRollout(Rollout("me", 0, 0, episode(e)), (r,)) for e, r in zip(EPISODES[:2], REWARDS[:2])]
     theirs = [ScoredRollout(Rollout("peer", 0, 0, episode(e)), (r,)) for e, r in zip(EPISODES[2:], REWARDS[2:])]
     learner = AgentLearner(policy, normalize="group")
-    learner._tasks = by_id("A")
-    learner._me = "me"
-    rows = learner.samples(mine + theirs)
+    rows = learner.samples(GameState(0, "me", by_id("A")), mine + theirs)
     assert [r.swarm for r in rows] == [False, False, True, True]

@@ -136,8 +136,7 @@ def test_groups_are_task_instances_across_copies_and_peers(policy: AgentPolicy) 
     rows = [("me", calc[0], 1.0), ("me", calc[1], 0.0), ("peer", calc[0], 0.5), ("me", other, 1.0), ("peer", other, 1.0)]
     scored = [ScoredRollout(Rollout(p, 0, 0, ep[t.id]), (r,)) for p, t, r in rows]
     learner = AgentLearner(policy, {"num_external": 8}, normalize="none")
-    learner._tasks = state.tasks
-    samples = learner.samples(learner.select(state, RoundRewards(0, tuple(scored))))
+    samples = learner.samples(state, learner.select(state, RoundRewards(0, tuple(scored))))
     # seed 6 (two copies here, one at the peer) is one group of mean 0.5; seed 7 scored alike: no signal.
     assert sorted(s.advantage for s in samples) == pytest.approx([-0.5, 0.0, 0.5])
 

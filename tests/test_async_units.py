@@ -94,9 +94,9 @@ def test_downweighted_group_scales_its_advantages() -> None:
     learner = WeightedGRPOLearner(policy, {"num_local": -1}, seed=0)
     old, fresh = policy.rollouts([_input("Calculate 3 + 4."), _input("Calculate 2 * 5.")])
     state, rewards = as_round([Group(old, (1.0, 0.0), 0, "worker-0"), Group(fresh, (0.0, 1.0), 0, "worker-0")], 0)
-    plain = learner.samples(learner.select(state, rewards))
+    plain = learner.samples(state, learner.select(state, rewards))
     learner.group_weights = {id(old): 0.25}
-    scaled = learner.samples(learner.select(state, rewards))
+    scaled = learner.samples(state, learner.select(state, rewards))
     assert len(plain) == 4 and all(abs(s.advantage) > 0 for s in plain)
     factors = [0.25 if any(s.completion_ids is x.completion_ids for x in old.samples) else 1.0 for s in plain]
     assert [s.advantage for s in scaled] == pytest.approx([f * s.advantage for f, s in zip(factors, plain)])

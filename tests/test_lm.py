@@ -332,7 +332,7 @@ def test_training_moves_probability_towards_rewarded_completion() -> None:
     rewards = RoundRewards(0, (scored(policy, "me", body, (1.0, 0.0)),))
 
     def margin() -> float:
-        batch = learner.collate(learner.samples(list(rewards.scored)))
+        batch = learner.collate(learner.samples(GameState(0, "me"), list(rewards.scored)))
         with torch.no_grad():
             logp = (learner.token_logps(policy.model, batch) * batch.completion_mask).sum(1)
         return float(logp[0] - logp[1])  # sorted by length: the 3-token (rewarded) one first
@@ -359,7 +359,7 @@ def test_integer_rewards_are_advantages_too(policy: LMPolicy) -> None:
     learner = GRPOLearner(policy)
     (inp,) = inputs("q")
     chosen = [scored(policy, "me", handmade(policy, inp), (1, 0))]  # type: ignore[arg-type]
-    assert [s.advantage for s in learner.samples(chosen)] == pytest.approx([1.0, -1.0], abs=1e-3)
+    assert [s.advantage for s in learner.samples(GameState(0, "me"), chosen)] == pytest.approx([1.0, -1.0], abs=1e-3)
 
 
 def test_sapo_selects_local_and_external(policy: LMPolicy) -> None:

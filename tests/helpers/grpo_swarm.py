@@ -33,7 +33,7 @@ import torch
 from genrl_swarm.comm.epoch import EPOCH_BYTES, Epoch
 from genrl_swarm.comm.memory import InMemoryBackend, InMemorySwarm
 from genrl_swarm.coord import LocalCoordinator
-from genrl_swarm.core import DataManager, GameConfig, GameManager, RewardManager, Rollout, ScoredRollout, StageInput, Task
+from genrl_swarm.core import DataManager, GameConfig, GameManager, GameState, RewardManager, Rollout, ScoredRollout, StageInput, Task
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.paradigms.lm.learner import GRPOConfig, GRPOLearner, Sample
 from genrl_swarm.paradigms.lm.policy import LMPolicy
@@ -116,13 +116,8 @@ class ClaimsReadLearner(GRPOLearner):
     """The control: swarm claims read (the own tokens' truncated weight, capped at ``is_cap``) and
     every group normalised by itself, its repeats included: the rules before issue 42.3."""
 
-    def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
-        me: str | None = self._peer  # type: ignore[has-type]
-        self._peer = None  # no own baseline: each group by itself
-        try:
-            return super().samples(chosen)
-        finally:
-            self._peer = me
+    def samples(self, state: GameState, chosen: Sequence[ScoredRollout]) -> list[Sample]:
+        return super().samples(dataclasses.replace(state, peer_id=""), chosen)  # no own baseline: each group by itself
 
     def units(self, samples: Sequence[Sample]) -> list:  # type: ignore[type-arg]
         return super().units([dataclasses.replace(s, swarm=False) for s in samples])
@@ -133,7 +128,7 @@ class EqualWeightLearner(GRPOLearner):
     claim unread, it weighs what an own on-policy token weighs (1), however unlikely this peer
     finds it (``swarm_draws`` inf: min(1, inf * p) = 1)."""
 
-    def swarm_draws(self) -> float:
+    def swarm_draws(self, state: GameState) -> float:
         return math.inf
 
 

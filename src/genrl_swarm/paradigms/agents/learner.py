@@ -123,8 +123,6 @@ class AgentLearner(GRPOLearner):
             raise ValueError(f"step_discount must be in (0, 1] and step_weight >= 0, got {step_discount} and {step_weight}")
         super().__init__(policy, grpo, seed)
         self.normalize, self.step_weight, self.step_discount = normalize, step_weight, step_discount
-        self._tasks: Mapping[str, Task] = {}
-        self._me: str | None = None  # this peer, while training: the swarm's episodes are weighted by its policy
 
     def select(self, state: GameState, rewards: RoundRewards) -> list[ScoredRollout]:
         """``num_local`` own episodes and ``num_external`` of the swarm's (SAPO), GRPOLearner's draw."""
@@ -150,26 +148,26 @@ class AgentLearner(GRPOLearner):
         flat = iter(combine(flat_episode, step, self.advantage, self.step_weight))
         return [[next(flat) for _ in turns] for turns in anchors]
 
-    def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
+    def samples(self, state: GameState, chosen: Sequence[ScoredRollout]) -> list[Sample]:
         """One sample per episode (``episode``) or per model turn (``step``, ``both``) with its
         advantage; task groups whose advantages are all zero carry no signal and are left out."""
-        groups = [task_of(self._tasks, s.rollout.task_id)[1] for s in chosen]
-        advantages = self.turn_advantages(chosen, self._tasks)
+        groups = [task_of(state.tasks, s.rollout.task_id)[1] for s in chosen]
+        advantages = self.turn_advantages(chosen, state.tasks)
         useful = {g for g, adv in zip(groups, advantages) if any(abs(a) > 1e-6 for a in adv)}
         out: list[Sample] = []
         for s, g, adv in zip(chosen, groups, advantages):
             if g not in useful or not adv:
                 continue
             rows = [episode_sample(s.rollout.body, adv[0])] if self.advantage is Advantage.EPISODE else turn_samples(s.rollout.body, adv)
-            swarm = self._me is not None and s.rollout.peer_id != self._me
+            swarm = s.rollout.peer_id != state.peer_id  # weighted by this peer's policy
             out.extend(dataclasses.replace(r, swarm=swarm) for r in rows if r is not None)
         return out
 
-    def swarm_draws(self) -> float:
+    def swarm_draws(self, state: GameState) -> float:
         """A group here is ``group_size`` copies of one task instance, not ``num_generations``
         samples (unused by agents): n in a swarm token's weight min(1, n * p) is the copies of
         one instance this peer plays this round."""
-        copies = Counter(task_of(self._tasks, t)[1] for t in self._tasks)
+        copies = Counter(task_of(state.tasks, t)[1] for t in state.tasks)
         return float(max(copies.values(), default=1))
 
     def collate(self, samples: Sequence[Sample]) -> Batch:
@@ -182,12 +180,7 @@ class AgentLearner(GRPOLearner):
         return batch
 
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
-        self._tasks, self._me = state.tasks, state.peer_id
-        try:
-            metrics = super().train(state, rewards)
-        finally:
-            self._tasks, self._me = {}, None
-        return metrics | task_metrics(state, rewards)
+        return super().train(state, rewards) | task_metrics(state, rewards)
 
 
 def task_metrics(state: GameState, rewards: RoundRewards) -> dict[str, float]:

@@ -160,7 +160,6 @@ class GRPOLearner(Learner):
         warmup = max(self.cfg.warmup_steps, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
         self.steps = 0  # optimizer steps
-        self._peer: str | None = None  # this peer, while training
         self.version = policy.version  # updates; what bodies sampled after the next load report
 
     # ------------------------------------------------------------------ data
@@ -172,13 +171,13 @@ class GRPOLearner(Learner):
         swarm = [s for s in usable if s.rollout.peer_id != state.peer_id]
         return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender)
 
-    def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
+    def samples(self, state: GameState, chosen: Sequence[ScoredRollout]) -> list[Sample]:
         """(prompt ids, completion ids, behaviour log-probs, advantage) per completion, exactly
         as in the bodies; groups with no advantage carry no signal and are skipped. A swarm
         group is measured against this peer's own group for the same prompt, its repeats once
         (``swarm_baseline``)."""
         out = []
-        for scored, (keep, adv) in zip(chosen, advantages(chosen, self._peer, self.cfg.scale_rewards)):
+        for scored, (keep, adv) in zip(chosen, advantages(chosen, state.peer_id, self.cfg.scale_rewards)):
             if torch.all(adv.abs() < 1e-6):
                 continue
             body: TokenRollout = scored.rollout.body
@@ -215,7 +214,7 @@ class GRPOLearner(Learner):
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
     # ------------------------------------------------------------------ training
-    def swarm_draws(self) -> float:
+    def swarm_draws(self, state: GameState) -> float:
         """n in a swarm token's weight min(1, n * this peer's probability of it) (``grpo_loss``):
         the completions this peer draws per prompt, so a token it would draw about once among
         its own weighs what an own one does. Claimed log-probs are unchecked, so a sender could
@@ -245,9 +244,8 @@ class GRPOLearner(Learner):
         return [self.collate(samples[i : i + size]) for i in range(0, len(samples), size)]
 
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
-        self._peer = state.peer_id  # whose groups are baselines for the swarm's (``samples``)
         chosen = self.select(state, rewards)
-        samples = mark_swarm(self.samples(chosen), chosen, state.peer_id)
+        samples = mark_swarm(self.samples(state, chosen), chosen, state.peer_id)
         if not samples:
             return {"train/sequences": 0.0}
         units = self.units(samples)
@@ -259,7 +257,7 @@ class GRPOLearner(Learner):
         sums = dict.fromkeys(("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl"), 0.0)
         acc = {"loss": 0.0, "is_max": 0.0}
         params = [p for p in self.model.parameters() if p.requires_grad]
-        draws = self.swarm_draws()
+        draws = self.swarm_draws(state)
 
         def loss_of(logp: torch.Tensor, unit: Batch | Chunk) -> torch.Tensor:
             # Proximal policy: the weights before this update. With one epoch that is the

@@ -26,8 +26,8 @@ class WeightedGRPOLearner(GRPOLearner):
         super().__init__(policy, grpo, seed)
         self.group_weights: dict[int, float] = {}  # id(body) -> weight, for the batch in training
 
-    def samples(self, chosen: Sequence[ScoredRollout]) -> list[Sample]:
-        out = super().samples(chosen)
+    def samples(self, state: GameState, chosen: Sequence[ScoredRollout]) -> list[Sample]:
+        out = super().samples(state, chosen)
         if not self.group_weights:
             return out
         by_completion = {id(s.completion_ids): self.group_weights.get(id(sc.rollout.body), 1.0) for sc in chosen for s in sc.rollout.body.samples}
