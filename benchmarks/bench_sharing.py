@@ -79,7 +79,7 @@ def play(a: argparse.Namespace, seed: int, arm: str) -> Outcome:
         managers, _ = build_managers(cfg)
         if arm == "sharing-equal-weight":
             for m in managers:  # the rule before the bound: min(1, inf * p) = 1 for every swarm token
-                m.learner.swarm_draws = lambda: math.inf
+                m.learner.swarm_draws = lambda *_: math.inf
         held_out = managers[0].data.eval_tasks()
         before = by_op(managers[:1], held_out)
         curve = HeldOutEval(every=a.every, max_rounds=a.rounds)
