@@ -8,6 +8,8 @@ Selective reporting: a flooder that sends only good-but-not-best completions (th
 early on is often all zero. A swarm token now weighs min(1, n * the receiver's own probability of
 it) (``lm/grpo_loss.py``), which bounds what completions the receiver would rarely draw can do;
 under the rule before (every swarm token weighing 1, ``equal-weight``) the same flood cost 59.6%.
+What the bound leaves, marked xfail(strict) so a fix is noticed: a decoy the receiver finds likely
+enough weighs fully, and sent with different tails it is no repeat (the longest search's worst).
 """
 
 from __future__ import annotations
@@ -49,3 +51,16 @@ def test_the_decoy_flood_costs_at_most_a_tenth_of_honest_eval() -> None:
     drop = {rules: 1 - honest_eval(0, decoy_among_zeros(-30.0), rules=rules) / grpo_swarm.alone(0, rules) for rules in ("now", "equal-weight")}
     assert drop["now"] <= 0.10, drop  # measured 0.3% on this seed set
     assert drop["equal-weight"] > 0.3, drop  # every swarm token weighing 1 (the rule before): 59.6%
+
+
+def distinct_decoys() -> GRPOFloodPlan:
+    """The longest search's worst (17.2% ± 13.7% over 8 seed sets): three decoy completions with
+    different tails, so none is a repeat that counts once, and one zero-reward digit, every task."""
+    tails = (Completion("decoy", "zero", LONG, -30.0), Completion("decoy", "zero", 2, -30.0))
+    return GRPOFloodPlan(tails + (Completion("zero", "decoy", 1, -30.0), Completion("decoy", "decoy", 1, -30.0)))
+
+
+@pytest.mark.xfail(strict=True, reason="a likely-enough decoy weighs fully, once per distinct tail (docs/trust.md)")
+def test_distinct_decoys_cost_at_most_a_tenth_of_honest_eval() -> None:
+    drop = 1 - honest_eval(3, distinct_decoys(), rules="now") / grpo_swarm.alone(3)
+    assert drop <= 0.10, drop  # measured 36.8% on this seed set
