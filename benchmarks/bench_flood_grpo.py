@@ -68,6 +68,19 @@ KNOWN = (
     GRPOFloodPlan(_many(1, "decoy", "decoy", LONG, 0.0) + _many(1, "zero", "zero", 1, 0.0)),
     GRPOFloodPlan(_many(1, "target", "target", 1, 0.0) + _many(3, "decoy", "decoy", LONG, -30.0)),
     GRPOFloodPlan(_many(1, "decoy", "rare", LONG, -30.0) + _many(1, "zero", "zero", LONG, -30.0), share=0.5),
+    # The worst found against the bound (17.2%): the decoy with three tails, so no copy is a repeat.
+    GRPOFloodPlan(
+        _many(1, "decoy", "zero", LONG, -30.0)
+        + _many(1, "decoy", "zero", 2, -30.0)
+        + _many(1, "zero", "decoy", 1, -30.0)
+        + _many(1, "decoy", "decoy", 1, -30.0)
+    ),
+    GRPOFloodPlan(  # its extension: four decoys, four tails
+        _many(1, "decoy", "zero", LONG, -30.0)
+        + _many(1, "decoy", "zero", 2, -30.0)
+        + _many(1, "decoy", "rare", LONG, -30.0)
+        + _many(1, "decoy", "decoy", 1, -30.0)
+    ),
 )
 SPACE = Space(KNOWN, random_plan, mutate, shape)
 #: Plans aware of the bound: picks the receiver finds likely (its likeliest wrong first token, then
