@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import pytest
 
@@ -32,15 +33,25 @@ def largest(tree):
 """
 
 
-def run(body: str) -> str:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "GENRL_SWARM_JAX_CACHE": "off"}
-    code = textwrap.dedent(PRELUDE) + textwrap.dedent(body)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    """Runs a body after PRELUDE in a fresh two-device process; its stdout. The module's processes
+    share a JAX compilation cache (``paradigms.marl.cache``): the second loads the programs both
+    build (init, collect on one and on two devices) instead of compiling them again, and a loaded
+    program is the executable the first compiled, so results are bit for bit the same."""
+    cache = tmp_path_factory.mktemp("marl_devices_jax")
+
+    def python(body: str) -> str:
+        env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "GENRL_SWARM_JAX_CACHE": str(cache)}
+        code = textwrap.dedent(PRELUDE) + textwrap.dedent(body)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    return python
 
 
-def test_an_update_split_over_two_devices_is_the_unsplit_update() -> None:
+def test_an_update_split_over_two_devices_is_the_unsplit_update(run: Callable[[str], str]) -> None:
     """One epoch of one minibatch takes every row on both paths, so the minibatch draw cannot
     differ: the parameters must agree to float rounding. Padding environments (weight 0) and
     off-policy weights are in the batch, so each weighted mean must sum its numerator and its
@@ -67,7 +78,7 @@ def test_an_update_split_over_two_devices_is_the_unsplit_update() -> None:
     assert "diff" in out
 
 
-def test_the_rollout_peers_replay_and_the_learn_loop_under_two_devices() -> None:
+def test_the_rollout_peers_replay_and_the_learn_loop_under_two_devices(run: Callable[[str], str]) -> None:
     """``collect`` (what a peer plays and every other peer replays to check it) is the same
     whatever the device count; ``learn`` (Mava's loop) runs split and learns finite numbers;
     environments that do not divide over the devices run unsplit."""
