@@ -15,7 +15,9 @@ On the packed weights the layers run as the sampler's packed decode step does (`
 q/k/v and gate/up fused, RoPE on the query and key heads at once with the attention scale folded
 in, the residuals added inside oneDNN's o and down matmuls); otherwise through
 ``Decoder.block`` and the modules. A completion's last token is never fed (nothing checked comes
-after it), and the prompt runs in the first chunk's pass. SmolLM2, a body of 8 x 16 tokens after a
+after it), and the prompt runs in the first chunk's pass; the head runs once per checked token
+(the prompt's last position once per completion), and a chunk's logits are handed over as one
+tensor, so the verdicts read them without a copy. SmolLM2, a body of 8 x 16 tokens after a
 45-token prompt, one thread (2026-11-28, a loaded 2-core Xeon): the model's forward 0.62-0.72
 CPU-s; this pass on the modules 0.52-0.54, packed 0.46-0.50 with the modules' plumbing around the
 packed matmuls, and ``packed_pass`` below (docs/benchmarks.md has the final numbers).
@@ -27,7 +29,7 @@ buffer's first columns and every chunk writes the columns after them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -67,28 +69,40 @@ def layout(prefix: int, lengths: Sequence[int], device: torch.device) -> tuple[t
     return torch.where(owner > 0, prefix + offset, offset), own | ((owner[:, None] > 0) & (owner[None, :] == 0))
 
 
-@torch.inference_mode()
-def body_logits(decoder: Decoder, prompt: Sequence[int], completions: Sequence[Sequence[int]], budget: int = CHUNK) -> list[torch.Tensor]:
-    """Each completion's next-token logits over its own tokens [len, V] (float32): row t is the
-    distribution its token t was drawn from, after ``prompt`` (non-empty) and its tokens before t."""
+def chunk_logits(
+    decoder: Decoder, prompt: Sequence[int], completions: Sequence[Sequence[int]], budget: int = CHUNK
+) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Per chunk of whole completions: their indices, and their next-token logits (float32) one
+    completion after the other, [sum of their lengths, V]: row t of a completion is the
+    distribution its token t was drawn from, after ``prompt`` (non-empty) and its tokens before t.
+    A chunk's logits are made when the caller asks for them, so only one chunk's are ever held."""
     if not prompt or not all(completions):
         raise ValueError("a teacher-forced pass needs a prompt and non-empty completions")
     device, start = decoder.device, len(prompt)
     fed = [list(c[:-1]) for c in completions]
     groups = chunks([len(f) for f in fed], budget)
     buffer = decoder.allocate(1, start + max(sum(len(fed[i]) for i in group) for group in groups))
-    parts: list[torch.Tensor] = []
+    last = torch.empty(0)  # the prompt's last position: every first token is drawn from its logits
     for n, group in enumerate(groups):
         positions, attend = layout(start, [len(fed[i]) for i in group], device)
         tokens = [t for i in group for t in fed[i]]
-        if n == 0:  # the prompt, then this chunk; its last position gives every first token's logits
-            x = run(decoder, torch.tensor([*prompt, *tokens], device=device), positions, attend, buffer, 0)[start - 1 :]
-        else:  # the prompt's keys and values are in the buffer's first columns
-            x = run(decoder, torch.tensor(tokens, device=device), positions[start:], attend[start:, start:], buffer, start)
-        parts.append(decoder.logits(x).float())
-    logits = torch.cat(parts)
-    first, rest = logits[:1], logits[1:].split([len(f) for f in fed])
-    return [torch.cat([first, r]) for r in rest]
+        with torch.inference_mode():
+            if n == 0:  # the prompt, then this chunk
+                x = run(decoder, torch.tensor([*prompt, *tokens], device=device), positions, attend, buffer, 0)
+                last, x = x[start - 1 : start], x[start:]
+            else:  # the prompt's keys and values are in the buffer's first columns
+                x = run(decoder, torch.tensor(tokens, device=device), positions[start:], attend[start:, start:], buffer, start)
+            rows = [part for own in x.split([len(fed[i]) for i in group]) for part in (last, own)]
+            logits = decoder.logits(torch.cat(rows)).float()
+        yield group, logits  # outside inference mode: the caller's code runs between chunks
+
+
+def body_logits(decoder: Decoder, prompt: Sequence[int], completions: Sequence[Sequence[int]], budget: int = CHUNK) -> list[torch.Tensor]:
+    """``chunk_logits``, one tensor per completion [len, V]."""
+    out: list[torch.Tensor] = []
+    for group, logits in chunk_logits(decoder, prompt, completions, budget):
+        out += logits.split([len(completions[i]) for i in group])
+    return out
 
 
 def run(decoder: Decoder, ids: torch.Tensor, positions: torch.Tensor, attend: torch.Tensor, buffer: KVBuffer, start: int) -> torch.Tensor:

@@ -25,7 +25,7 @@ and why, so the body, the sender's signed commitment and its adapter prove it to
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,10 @@ from genrl_swarm.paradigms.lm.decoder import Decoder, supports
 from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.sampling import BLOCK
 from genrl_swarm.paradigms.lm.seeding import row_key, uniform
-from genrl_swarm.paradigms.lm.teacher_forced import body_logits
+from genrl_swarm.paradigms.lm.teacher_forced import chunk_logits
+
+#: Rows of logits whose nucleus ``intervals`` sorts at once (float64 and int64 copies of the vocabulary).
+ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -79,12 +82,24 @@ class Draws:
     edge: torch.Tensor
     slack: torch.Tensor
 
+    def split(self, sizes: Sequence[int]) -> list[Draws]:
+        """The draws of consecutive samples of ``sizes`` tokens each (computed together)."""
+        fields = (self.lo, self.hi, self.logprob, self.edge, self.slack)
+        return [Draws(*parts) for parts in zip(*(f.split(list(sizes)) for f in fields), strict=True)]
+
 
 def intervals(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_p: float, mass: float) -> Draws:
     """``Draws`` of ``tokens`` [T] under ``logits`` [T, V], as ``sampling.pick`` draws: without a
-    nucleus in its own arithmetic (``tempered``), with one in float64 over the vocabulary."""
+    nucleus in its own arithmetic (``tempered``), with one in float64 over the vocabulary, ``ROWS``
+    tokens at a time (a chunk of a teacher-forced pass holds up to 512)."""
     if top_p >= 1.0:
         return tempered(logits, tokens, temperature)
+    parts = [nucleus(logits[i : i + ROWS], tokens[i : i + ROWS], temperature, top_p, mass) for i in range(0, len(tokens), ROWS)]
+    return Draws(*(torch.cat(f) for f in zip(*((d.lo, d.hi, d.logprob, d.edge, d.slack) for d in parts), strict=True)))
+
+
+def nucleus(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_p: float, mass: float) -> Draws:
+    """``intervals`` with a nucleus (``top_p`` < 1): the vocabulary sorted and cumulated in float64."""
     scaled = logits.double()
     if temperature != 1.0:
         scaled = (scaled - scaled.amax(-1, keepdim=True)) / temperature
@@ -206,52 +221,59 @@ def check_bodies(
     model.eval()  # as the sampler runs it (a learner leaves it in train mode: LoRA dropout)
     out = []
     for b, body in enumerate(bodies):
-        picked = sorted(set(samples[b])) if samples is not None else range(len(body.samples))
+        picked = sorted(set(samples[b])) if samples is not None else list(range(len(body.samples)))
         completions = [body.samples[k].completion_ids for k in picked]
-        if not body.prompt_ids:  # nothing to share: a plain teacher-forced pass
-            logits = forward_logits(model, [((), c) for c in completions])
-        elif decoder is not None:
-            logits = body_logits(decoder, body.prompt_ids, completions)
-        else:
-            logits = [x for i in range(0, len(completions), rows) for x in shared_prompt_logits(model, body.prompt_ids, completions[i : i + rows])]
-        out.append(_verdict(body, dict(zip(picked, logits, strict=True)), seed, temperature, top_p, set(eos_ids), tolerance))
+        draws: dict[int, Draws] = {}
+        for group, logits in _logits(model, decoder, body.prompt_ids, completions, rows):
+            ids = torch.tensor([t for i in group for t in completions[i]])
+            computed = intervals(logits, ids, temperature, top_p, tolerance.mass).split([len(completions[i]) for i in group])
+            draws.update((picked[i], d) for i, d in zip(group, computed, strict=True))
+        out.append(_verdict(body, draws, seed, set(eos_ids), tolerance))
     return out
 
 
-def _verdict(
-    body: TokenRollout, logits: dict[int, torch.Tensor], seed: ActSeed, temperature: float, top_p: float, eos: set[int], tolerance: Tolerance
-) -> Verdict:
-    """The verdict on the samples of ``body`` that ``logits`` holds (sample index -> its logits)."""
+def _logits(
+    model: Any, decoder: Decoder | None, prompt: Sequence[int], completions: Sequence[Sequence[int]], rows: int
+) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """``teacher_forced.chunk_logits`` where the decoder runs ``model`` and there is a prompt; else
+    the model's own forward, all at once."""
+    if decoder is not None and prompt:
+        yield from chunk_logits(decoder, prompt, completions)
+        return
+    if not prompt:  # nothing to share: a plain teacher-forced pass
+        logits = forward_logits(model, [((), c) for c in completions])
+    else:
+        logits = [x for i in range(0, len(completions), rows) for x in shared_prompt_logits(model, prompt, completions[i : i + rows])]
+    yield list(range(len(completions))), torch.cat(logits)
+
+
+def _verdict(body: TokenRollout, draws: dict[int, Draws], seed: ActSeed, eos: set[int], tolerance: Tolerance) -> Verdict:
+    """The verdict on the samples of ``body`` that ``draws`` holds (sample index -> its draws), in
+    float64 as Python floats (a token's few comparisons cost less than reading tensor elements)."""
     tokens = ties = 0
     worst = 0.0
-    for k, sample_logits in logits.items():
+    for k, d in draws.items():
         sample = body.samples[k]
         ids = list(sample.completion_ids)
         if any(t in eos for t in ids[:-1]) or (sample.finish_reason == "stop") != (ids[-1] in eos):
             return Verdict(tokens, ties, f"sample {k}: the sampler stops at its first EOS, and only there ({sample.finish_reason})", worst)
         key = row_key(seed, body.input_digest, k)
-        u = torch.tensor([uniform(key, t) for t in range(len(ids))], dtype=torch.float64)
-        draws = intervals(sample_logits, torch.tensor(ids), temperature, top_p, tolerance.mass)
-        error = (torch.tensor(sample.logprobs, dtype=torch.float64) - draws.logprob).abs()
-        margin = tolerance.mass + draws.slack
-        inside = (u >= draws.lo - margin) & (u < draws.hi + margin)
-        clear = (u >= draws.lo + margin) & (u < draws.hi - margin) & ~draws.edge
+        lo, hi, logprob, edge = d.lo.tolist(), d.hi.tolist(), d.logprob.tolist(), d.edge.tolist()
+        margin = (tolerance.mass + d.slack).tolist()
         for t in range(len(ids)):
-            if not bool(clear[t]) and (bool(inside[t]) or bool(draws.edge[t])):
+            u, m = uniform(key, t), margin[t]
+            inside = lo[t] - m <= u < hi[t] + m
+            if not (lo[t] + m <= u < hi[t] - m and not edge[t]) and (inside or edge[t]):
                 ties += 1
                 continue
             tokens += 1
-            if not bool(inside[t]):
-                where = f"[{float(draws.lo[t]):.6f}, {float(draws.hi[t]):.6f})" if math.isfinite(float(draws.logprob[t])) else "outside the nucleus"
+            if not inside:
+                where = f"[{lo[t]:.6f}, {hi[t]:.6f})" if math.isfinite(logprob[t]) else "outside the nucleus"
                 return Verdict(
-                    tokens,
-                    ties,
-                    f"sample {k} token {t} ({ids[t]}): the public draw u={float(u[t]):.6f} does not pick it, its interval is {where}",
-                    worst,
+                    tokens, ties, f"sample {k} token {t} ({ids[t]}): the public draw u={u:.6f} does not pick it, its interval is {where}", worst
                 )
-            worst = max(worst, float(error[t]))
-            if float(error[t]) > tolerance.logprob:
-                return Verdict(
-                    tokens, ties, f"sample {k} token {t}: claimed log-prob {sample.logprobs[t]:.5f}, recomputed {float(draws.logprob[t]):.5f}", worst
-                )
+            error = abs(sample.logprobs[t] - logprob[t])
+            worst = max(worst, error)
+            if error > tolerance.logprob:
+                return Verdict(tokens, ties, f"sample {k} token {t}: claimed log-prob {sample.logprobs[t]:.5f}, recomputed {logprob[t]:.5f}", worst)
     return Verdict(tokens, ties, None, worst)
