@@ -60,7 +60,7 @@ from genrl_swarm.comm.held import HeldPayloads
 from genrl_swarm.comm.signed_log import SignedLog
 from genrl_swarm.core.bodies import MAX_FAULTS, Body, Envelope, FaultRecord
 from genrl_swarm.core.identity import Identity, public_key_of, verify_key
-from genrl_swarm.core.interfaces import Communication, ExchangeResult, Fault, Fetched, FetchedPayload, ModelClaim
+from genrl_swarm.core.interfaces import MAX_MODEL_BYTES, Communication, ExchangeResult, Fault, Fetched, FetchedPayload, ModelClaim
 from genrl_swarm.core.trust import waited_for_again
 from genrl_swarm.core.types import Ref
 from genrl_swarm.protocol.exchange import Deadlines
@@ -75,8 +75,6 @@ __all__ = ["FRESH_SHARE", "KEEP_ROUNDS", "SIGNED_LOG", "ByteBackend", "HeldAsk",
 FRESH_SHARE = 0.1
 #: Where a peer directory keeps what this identity signed last, per epoch (``comm.signed_log``).
 SIGNED_LOG = "last_signed"
-#: The most bytes a committed model may be (``Communication.fetch_model``): an adapter, not a base.
-MAX_MODEL_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -404,8 +402,10 @@ class ByteBackend(Communication):
             self._model = None
             return
         name, blob = model
-        if len(blob) > MAX_MODEL_BYTES:
-            raise ValueError(f"a committed model of {len(blob)} bytes is over {MAX_MODEL_BYTES}")
+        if len(blob) > MAX_MODEL_BYTES:  # the policy offers nothing bigger; a caller that does commits no model
+            log.warning("%s commits no model: %d bytes, over the %d a checker fetches", self.peer_id, len(blob), MAX_MODEL_BYTES)
+            self._model = None
+            return
         self._model = (ModelRecord(name, hashlib.sha256(blob).digest(), len(blob)), blob)
 
     def fetch_model(self, round: int, sender: str, claim: ModelClaim, timeout: float) -> bytes | None:

@@ -112,6 +112,12 @@ class ActSeed:
     sender: str
 
 
+#: The most bytes a committed model may be: what a checker fetches, hashes and holds per sender
+#: (an adapter, never a base; LoRA r=64 on every projection of a 0.5B model is ~70 MB in fp32).
+#: One limit for the sender (it commits nothing bigger) and every receiver (it fetches nothing bigger).
+MAX_MODEL_BYTES = 256 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class ModelClaim:
     """The model a sender's signed commitment names (issue 45.3): ``name``, the paradigm's own

@@ -85,7 +85,7 @@ class SpotChecks:
             candidates = self._random.sample(candidates, self.senders)
         epoch = self.comm.settled_epoch()  # what every sender's draws this run are seeded with
         for sender in candidates if self.per_sender > 0 else []:
-            why = self._check_sender(ActSeed(epoch, state.round, sender), stage, exchange, counts, deadline)
+            why = self._check_sender(ActSeed(epoch, state.round, sender), stage, exchange, _kept(state, stage, sender), counts, deadline)
             if why is not None:
                 proven[sender] = why
         for sender, why in proven.items():
@@ -93,26 +93,42 @@ class SpotChecks:
         metrics = {f"checks/{k}_s{stage}": float(v) for k, v in counts.items()}
         return metrics | {f"checks/proven_s{stage}": float(len(proven)), f"time/checks_s{stage}": time.perf_counter() - start}
 
-    def _check_sender(self, seed: ActSeed, stage: int, exchange: ExchangeResult, counts: dict[str, int], deadline: float) -> str | None:
-        """Check ``per_sender`` random bodies of ``seed.sender``'s (its committed model fetched by
-        digest); why it is proven (and the proof passed on), or None. ``counts`` adds up."""
+    def _check_sender(
+        self, seed: ActSeed, stage: int, exchange: ExchangeResult, kept: set[int], counts: dict[str, int], deadline: float
+    ) -> str | None:
+        """Check ``per_sender`` random bodies of ``seed.sender``'s among those this peer ``kept``
+        (ids of the body objects admission stored: only they train, so a payload padded with bodies
+        admission never reads cannot dilute the draw), its committed model fetched by digest; why it
+        is proven (and the proof passed on), or None. A check whose redone tokens are mostly near
+        ties proves nothing either way: unchecked, never passed. ``counts`` adds up."""
         sender = seed.sender
-        claim, bodies = exchange.models[sender], exchange.received.get(sender, ())
-        picks = sorted(self._random.sample(range(len(bodies)), min(self.per_sender, len(bodies))))
+        claim, payload = exchange.models[sender], exchange.received.get(sender, ())
+        bodies = [i for i, body in enumerate(payload) if id(body) in kept]
+        picks = sorted(self._random.sample(bodies, min(self.per_sender, len(bodies))))
         if not picks:
             return None
         blob = self.comm.fetch_model(seed.round, sender, claim, max(deadline - time.monotonic(), 0.0))
-        picked = [bodies[i] for i in picks]
+        picked = [payload[i] for i in picks]
         draws = [sorted(self._random.sample(range(b.num_samples), min(self.samples, b.num_samples))) for b in picked] if self.samples > 0 else None
         checked = self._check(seed, picked, claim, blob, draws)
         if isinstance(checked, str):
             counts["unchecked"] += 1
             log.info("%s could not spot-check %s (r%d/s%d): %s", self.me, sender, seed.round, stage, checked)
             return None
+        bad = [(i, why) for i, why in zip(picks, checked.mismatches) if why is not None]
+        if not bad and checked.near_ties > checked.tokens:  # settings under which rounding decides most draws
+            counts["unchecked"] += 1
+            log.info(
+                "%s: %s's bodies are mostly near ties (%d of %d tokens): unchecked",
+                self.me,
+                sender,
+                checked.near_ties,
+                checked.tokens + checked.near_ties,
+            )
+            return None
         counts["bodies"] += len(picks)
         counts["tokens"] += checked.tokens
         counts["near_ties"] += checked.near_ties
-        bad = [(i, why) for i, why in zip(picks, checked.mismatches) if why is not None]
         if not bad or blob is None:
             return None
         body, why = bad[0]
@@ -167,3 +183,8 @@ class SpotChecks:
         state.rollouts = [x for x in state.rollouts if x.peer_id != drop.peer_id]
         for by in state.sources.values():
             by.pop(drop.peer_id, None)
+
+
+def _kept(state: GameState, stage: int, sender: str) -> set[int]:
+    """Ids of the body objects of ``sender`` that admission stored at ``stage``."""
+    return {id(x.body) for x in state.rollouts if x.peer_id == sender and x.stage == stage}

@@ -24,9 +24,11 @@ from typing import Any
 
 import torch
 
-#: An adapter a receiver loads is at most this many bytes (a rank-64 adapter on every projection of
-#: a 0.5B model is ~70 MB in fp32); a sender offering more is refused before anything is read.
-MAX_ADAPTER_BYTES = 256 * 1024 * 1024
+from genrl_swarm.core.interfaces import MAX_MODEL_BYTES
+
+#: An adapter a receiver loads is at most ``MAX_MODEL_BYTES`` (core.interfaces: one limit for
+#: senders, receivers and the transport); a bigger one is refused before anything is read.
+MAX_ADAPTER_BYTES = MAX_MODEL_BYTES
 
 
 @dataclass(frozen=True)

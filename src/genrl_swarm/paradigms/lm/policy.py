@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 
 from genrl_swarm.core import ActSeed, Body, Policy, Refusal, RunInterrupted, StageInput, TokenRollout, TokenSample, Weights
-from genrl_swarm.core.interfaces import WorkCheck
+from genrl_swarm.core.interfaces import MAX_MODEL_BYTES, WorkCheck
 from genrl_swarm.core.limits import LimitError
 from genrl_swarm.paradigms.lm import heap
 from genrl_swarm.paradigms.lm.adapters import adapt
@@ -39,6 +39,11 @@ from genrl_swarm.paradigms.lm.static_sampling import StepFn, sample_static
 from genrl_swarm.paradigms.lm.verify import check_bodies
 
 log = logging.getLogger(__name__)
+
+#: The smallest committed top_p a receiver checks. Below about ``lm.verify.Tolerance.mass`` the
+#: top token's own edge is within the tolerance of top_p, every token a near tie, and a check that
+#: skips near ties would pass any tokens; 0.01 leaves a wide margin and no honest recipe near it.
+MIN_TOP_P = 0.01
 
 
 @dataclass
@@ -339,21 +344,31 @@ class LMPolicy(Policy):
         return model_digest(self.model, self.base.digest() if self.base is not None else None)
 
     def committed_model(self) -> tuple[str, bytes] | None:
-        """What this peer's commitments name (``core.spot_checks``): ``lm1:<base>:<adapter>:<temperature>:<top_p>``
-        and the adapter's safetensors bytes. Only an adapter peer on a shared base sampling with the
-        lean, seeded sampler in fp32 (what ``lm.verify``'s tolerance is calibrated for) names one:
-        a full model is too big to fetch per round, and ``hf`` or bf16 draws cannot be redone."""
+        """What this peer's commitments name (``core.spot_checks``): ``lm1:<base>:<adapter>:<scaling>:<temperature>:<top_p>``
+        and the adapter's safetensors bytes (``scaling``: LoRA's alpha / r, which the tensors do not
+        carry). Only an adapter peer on a shared base sampling with the lean, seeded sampler in exact
+        fp32 (what ``lm.verify``'s tolerance is calibrated for) names one, with an adapter of at most
+        ``MAX_MODEL_BYTES``: a full model is too big to fetch per round, and ``hf``, bf16 or TF32
+        draws cannot be redone."""
         cfg = self.sampling
         if self.base is None or self.lora is None or cfg.sampler != "lean" or cfg.dtype != "float32":
             return None
         why = self._inexact or inexact_fp32(self.device, next(self.base.model.parameters()).dtype)
         if why is not None:
-            if why != self._told:  # once per reason: it holds round after round
-                log.warning("this peer's draws are not exact fp32 (%s): it commits no model, so no peer can check its bodies", why)
-                self._told = why
+            self._warn_once(f"draws not exact fp32 ({why})")
+            return None
+        blob = adapter_bytes(self.model)
+        if len(blob) > MAX_MODEL_BYTES:
+            self._warn_once(f"an adapter of {len(blob)} bytes, over the {MAX_MODEL_BYTES} a checker fetches")
             return None
         digest = self.model_digest()
-        return f"lm1:{digest.base}:{digest.adapter}:{cfg.temperature!r}:{cfg.top_p!r}", adapter_bytes(self.model)
+        return f"lm1:{digest.base}:{digest.adapter}:{self.lora.alpha / self.lora.r!r}:{cfg.temperature!r}:{cfg.top_p!r}", blob
+
+    def _warn_once(self, why: str) -> None:
+        """Why this peer commits no model, logged once per reason (it holds round after round)."""
+        if why != self._told:
+            log.warning("%s: this peer commits no model, so no peer can check its bodies", why)
+            self._told = why
 
     def check_work(
         self, seed: ActSeed, bodies: Sequence[Body], model: str, blob: bytes, samples: Sequence[Sequence[int]] | None = None
@@ -362,12 +377,13 @@ class LMPolicy(Policy):
         against the adapter digest ``model`` names) on this peer's shared base, at the sender's
         committed temperature and top-p. Bytes that are not that adapter, and bodies the sampler
         could not have produced (token ids outside the vocabulary, not a TokenRollout) are
-        mismatches: the sender signed them. Another base, another adapter shape or another
-        kind of name: this peer cannot check (a string)."""
+        mismatches: the sender signed them. Another base, another adapter shape or LoRA scaling,
+        settings under which rounding decides the draws (``MIN_TOP_P``), an adapter over the size
+        limit, or another kind of name: this peer cannot check (a string), never a proof."""
         parts = model.split(":")
-        if len(parts) != 5 or parts[0] != "lm1":
+        if len(parts) != 6 or parts[0] != "lm1":
             return f"an unknown kind of model name ({model[:32]!r})"
-        _, base, adapter, temperature, top_p = parts
+        _, base, adapter, scaling, temperature, top_p = parts
         if self.base is None or self.lora is None:
             return "this peer holds no shared base to rebuild adapters on"
         if base != self.base.digest():
@@ -376,17 +392,21 @@ class LMPolicy(Policy):
         if inexact is not None:
             return f"this peer's forward is not exact fp32 ({inexact})"
         try:
-            t, p = float(temperature), float(top_p)
+            t, p, scale = float(temperature), float(top_p), float(scaling)
         except ValueError:
-            return f"unreadable sampling settings ({temperature[:16]!r}, {top_p[:16]!r})"
-        if not (0 < t < 1e6 and 0 < p <= 1):
-            return f"sampling settings no sampler takes (temperature {t}, top_p {p})"
+            return f"unreadable settings ({scaling[:16]!r}, {temperature[:16]!r}, {top_p[:16]!r})"
+        if not (0 < t < 1e6 and MIN_TOP_P <= p <= 1):
+            return f"sampling settings this check cannot redo (temperature {t}, top_p {p}; top_p >= {MIN_TOP_P})"
+        if scale != self.lora.alpha / self.lora.r:  # the sender's adapter on this peer's scaling would draw other tokens
+            return f"another LoRA scaling (alpha / r {scale!r}, this peer's {self.lora.alpha / self.lora.r!r})"
+        if len(blob) > MAX_MODEL_BYTES:
+            return f"an adapter of {len(blob)} bytes, over the {MAX_MODEL_BYTES} this peer loads"
         try:
             checked = self.sender_model(blob, adapter)
         except ValueError as e:
             if "does not fit" in str(e):
                 return str(e)  # another rank or other target modules than this peer's: not checkable here
-            return WorkCheck((f"its committed adapter bytes: {e}",) * len(bodies))
+            return WorkCheck((f"its committed adapter bytes: {e}",) * len(bodies))  # bytes that hash to what it signed
         out: list[str | None] = [None] * len(bodies)
         tokens = ties = 0
         rollouts = []
