@@ -237,8 +237,9 @@ def _logits(
 ) -> Iterator[tuple[list[int], torch.Tensor]]:
     """``teacher_forced.chunk_logits`` where the decoder runs ``model`` and there is a prompt; else
     the model's own forward, all at once."""
-    if decoder is not None and prompt:
-        yield from chunk_logits(decoder, prompt, completions)
+    if decoder is not None and prompt:  # the verdicts read them on the CPU, whatever device ran the pass
+        for group, logits in chunk_logits(decoder, prompt, completions):
+            yield group, logits.cpu()
         return
     if not prompt:  # nothing to share: a plain teacher-forced pass
         logits = forward_logits(model, [((), c) for c in completions])
