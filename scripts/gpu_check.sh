@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
-if [[ ! -x "$PYTHON" ]]; then
+if ! command -v "$PYTHON" >/dev/null; then  # a path, or a name on PATH (python3 on a GPU image)
   echo "gpu_check: no interpreter at $PYTHON: run make install first, or set PYTHON=/path/to/python" >&2
   exit 2
 fi
