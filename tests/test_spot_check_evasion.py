@@ -7,11 +7,14 @@
 - honest peers whose LoRA alpha differs (same rank and targets: the tensors fit) are not proven
   forged: the committed name carries alpha / r, and another scaling is "cannot check";
 - an adapter over the size limit is "cannot check" at the receiver and committed by nobody, never
-  a proof and never a crash.
+  a proof and never a crash;
+- an accomplice's passed-on faults (throwaway ids, bytes nobody serves) neither crowd out an honest
+  accuser's fault nor spend the time this peer's own checks need.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -24,8 +27,9 @@ import peft  # noqa: F401 - the adapter peers' LoRA layers
 import torch
 
 import test_verified_work as vw
-from genrl_swarm.core import ActSeed, Body, Task, TokenRollout
-from genrl_swarm.core.interfaces import WorkCheck
+from genrl_swarm.core import ActSeed, Body, ExchangeResult, GameState, Rollout, Task, TokenRollout, TokenSample
+from genrl_swarm.core.interfaces import Fault, ModelClaim, WorkCheck
+from genrl_swarm.core.spot_checks import SpotChecks
 from genrl_swarm.paradigms.lm import packed as packing
 from genrl_swarm.paradigms.lm import policy as lm_policy
 from genrl_swarm.paradigms.lm.policy import LMPolicy
@@ -129,3 +133,63 @@ def test_an_adapter_over_the_size_limit_is_never_a_proof_nor_a_crash(monkeypatch
     monkeypatch.setattr(lm_policy, "MAX_MODEL_BYTES", len(blob) - 1)
     assert isinstance(receiver.check_work(SEED, bodies, name, blob), str)  # before: a mismatch per body, passed on
     assert honest.committed_model() is None  # the sender commits nothing a receiver will not load
+
+
+# --------------------------------------------------------------------------- passed-on faults
+CLAIM = ModelClaim("lm1:base:adapter:2.0:1.0:1.0", "00" * 32, 10)
+
+
+def fault(accuser: str, accused: str) -> Fault:
+    return Fault(accuser, accused, 0, 0, 0, CLAIM, b"e" * 16, "11" * 32, 100)
+
+
+class StallingTransport:
+    """What ``SpotChecks`` asks of a transport. The accomplice's faults name bytes nobody serves:
+    fetching them waits out whatever time it is given (as an unanswered ask on HiveMind does); a
+    fetch given no time gets nothing. A stub: stalling a real transport's fetch on purpose is what
+    this cannot stage cheaply in memory."""
+
+    def __init__(self) -> None:
+        self.rechecked: list[str] = []
+        self.fetch_timeouts: list[float] = []
+
+    def faulted_work(self, f: Fault, body_type: type, timeout: float) -> str:
+        self.rechecked.append(f.accused)
+        if f.accuser == "accomplice":
+            time.sleep(timeout)
+        return "its payload could not be had"
+
+    def settled_epoch(self) -> bytes:
+        return b"e" * 16
+
+    def fetch_model(self, round: int, sender: str, claim: ModelClaim, timeout: float) -> bytes | None:
+        self.fetch_timeouts.append(timeout)
+        return None if timeout <= 0 else b"x" * 10
+
+    def accuse(self, *args: object) -> None:
+        pass
+
+
+class FailsEverything:
+    body_type = TokenRollout
+
+    def check_work(self, seed: ActSeed, bodies: Sequence[Body], name: str, blob: bytes, samples: object = None) -> WorkCheck:
+        return WorkCheck(("not the committed model's draw",) * len(bodies), 1, 0)
+
+
+def test_an_accomplices_faults_neither_crowd_out_an_honest_one_nor_starve_the_checks() -> None:
+    """Eight faults against throwaway ids whose bytes nobody serves, then an honest accuser's:
+    before, the eight took every re-check and the whole fetch time (the cheater's model fetched
+    with 0 s left: unchecked, its bodies kept); now an accuser gets 2 re-checks and re-checks get
+    half the time."""
+    comm = StallingTransport()
+    checks = SpotChecks("me", comm, FailsEverything())  # type: ignore[arg-type]
+    cheat = TokenRollout("t", "d", (1,), (TokenSample((2,), (-0.1,), "length"),), 0, "tok")
+    state = GameState(0, "me")
+    state.rollouts.append(Rollout("cheater", 0, 0, cheat))
+    received = {"cheater": (cheat,)}
+    faults = (*(fault("accomplice", f"sybil-{i}") for i in range(8)), fault("honest-0", "cheater"))
+    metrics = checks.run(state, 0, ExchangeResult(dict(received), models={"cheater": CLAIM}, faults=faults), dict(received), timeout=0.6)
+    assert "cheater" in comm.rechecked and comm.rechecked.count("sybil-0") + comm.rechecked.count("sybil-1") == 2
+    assert comm.fetch_timeouts and comm.fetch_timeouts[0] > 0.2
+    assert metrics["checks/proven_s0"] == 1 and [d.peer_id for d in state.drops] == ["cheater"]

@@ -23,7 +23,7 @@ served in time) is its own difference: the sender's bodies keep the usual bounds
 counted (``checks/unchecked_s<s>``).
 
 Cost: at most ``spot_checks`` bodies per sender and stage (of ``spot_check_senders`` senders picked
-at random, when set; ``spot_check_samples`` samples of each, when set: a CPU pays per token), and ``MAX_RECHECKS`` passed-on faults per stage, each re-checked once.
+at random, when set; ``spot_check_samples`` samples of each, when set: a CPU pays per token), and ``MAX_RECHECKS`` passed-on faults per stage (``MAX_RECHECKS_PER_ACCUSER`` of one accuser, in ``RECHECK_SHARE`` of the time), each re-checked once.
 """
 
 from __future__ import annotations
@@ -43,6 +43,12 @@ log = logging.getLogger(__name__)
 
 #: Passed-on faults re-checked per stage (each costs a fetch and one body's check).
 MAX_RECHECKS = 8
+#: ... of them passed on by one accuser: an accomplice's faults against throwaway ids cannot crowd
+#: out an honest accuser's.
+MAX_RECHECKS_PER_ACCUSER = 2
+#: The share of the stage's fetch time re-checks may spend: the rest is this peer's own checks',
+#: so faults whose bytes nobody serves cannot starve them.
+RECHECK_SHARE = 0.5
 
 
 @dataclass
@@ -73,11 +79,12 @@ class SpotChecks:
         this round leaves ``state``). ``timeout``: seconds for all the fetches. ``skip``: senders
         not worth a check (quarantined here already). Returns the stage's ``checks/`` metrics."""
         start, deadline = time.perf_counter(), time.monotonic() + timeout
+        rechecks_until = time.monotonic() + RECHECK_SHARE * timeout
         proven: dict[str, str] = {}
         counts = {"bodies": 0, "tokens": 0, "near_ties": 0, "unchecked": 0, "rechecked": 0}
         for fault in self._pending(exchange.faults, skip, state.round):
             counts["rechecked"] += 1
-            why = self._recheck(fault, max(deadline - time.monotonic(), 0.0))
+            why = self._recheck(fault, max(rechecks_until - time.monotonic(), 0.0))
             if why is not None:
                 proven.setdefault(fault.accused, why)
         candidates = [p for p in exchange.models if p != self.me and p not in proven and p not in skip and p in received]
@@ -137,12 +144,16 @@ class SpotChecks:
 
     def _pending(self, faults: Sequence[Fault], skip: frozenset[str], round: int) -> list[Fault]:
         """The passed-on faults worth re-checking: not about this peer or a sender skipped, not
-        re-checked before, at most ``MAX_RECHECKS``."""
+        re-checked before, at most ``MAX_RECHECKS`` and ``MAX_RECHECKS_PER_ACCUSER`` of one accuser."""
         out: list[Fault] = []
+        by_accuser: dict[str, int] = {}
         for fault in faults:
             key = (fault.accused, fault.round, fault.stage, fault.body)
             if fault.accused == self.me or fault.accused in skip or key in self._rechecked or len(out) >= MAX_RECHECKS:
                 continue
+            if by_accuser.get(fault.accuser, 0) >= MAX_RECHECKS_PER_ACCUSER:
+                continue
+            by_accuser[fault.accuser] = by_accuser.get(fault.accuser, 0) + 1
             self._rechecked.add(key)
             out.append(fault)
         self._rechecked = {k for k in self._rechecked if k[1] >= round - 4}  # faults are read within 2 rounds (comm.commitments)
