@@ -13,6 +13,7 @@ draws (``lm.verify``).
 from __future__ import annotations
 
 import copy
+import math
 import random
 from dataclasses import replace
 
@@ -22,11 +23,12 @@ import pytest
 pytest.importorskip("torch")
 import torch
 
-from genrl_swarm.core import ActSeed, StageInput, Task, TokenRollout
+from genrl_swarm.core import ActSeed, StageInput, Task, TokenRollout, TokenSample
 from genrl_swarm.paradigms.lm import packed as packing
 from genrl_swarm.paradigms.lm import verify
 from genrl_swarm.paradigms.lm.policy import LMPolicy
-from genrl_swarm.paradigms.lm.verify import Verdict, check_bodies
+from genrl_swarm.paradigms.lm.seeding import row_key, uniform
+from genrl_swarm.paradigms.lm.verify import Tolerance, Verdict, check_bodies, intervals, verdict
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 SEED = ActSeed(bytes(range(16)), 5, "peer-a")
@@ -182,3 +184,21 @@ def test_a_model_the_decoder_does_not_run_is_checked_through_its_forward(honest:
     assert all(v.ok for v in check(honest, bodies))
     lied = [msgspec.structs.replace(b, samples=b.samples[::-1]) for b in bodies]  # each sample under another's key
     assert caught(check(honest, lied)) == 1.0
+
+
+def test_a_nucleus_uncertain_by_rounding_admits_either_normaliser() -> None:
+    """A token at the nucleus's edge (its predecessors hold top_p - 1e-5): the sender's rounding may
+    have left it out, so a kept token's log-prob is over 0.9 instead of 0.95 of the mass. Honest
+    either way; a claim further off is still caught (calibration: 1 false alarm in 1,024 tiny bodies)."""
+    top_p, eos = 0.9, 3
+    probs = torch.tensor([0.8, 0.1 - 1e-5, 0.05 + 1e-5, 0.01, 0.01, 0.01, 0.01, 0.01], dtype=torch.float64)
+    seed = next(replace(SEED, round=r) for r in range(100) if 0.1 < uniform(row_key(replace(SEED, round=r), "d", 0), 0) < 0.7)
+    draws = intervals(probs.log()[None], torch.tensor([0]), 1.0, top_p, Tolerance().mass)
+    assert 0.05 < float(draws.slack[0]) < 0.06 and not bool(draws.edge[0])  # the third token is in or out by rounding
+
+    def claimed(logprob: float) -> Verdict:
+        body = TokenRollout("t", "d", (1, 2), (TokenSample((0,), (logprob,), "length"),), 0, "f")
+        return verdict(body, {0: draws}, seed, {eos}, Tolerance())
+
+    assert claimed(math.log(0.8 / 0.95)).ok and claimed(math.log(0.8 / (0.9 - 1e-5))).ok  # the third token in, or out
+    assert not claimed(math.log(0.8 / 0.95) + 0.08).ok
