@@ -242,10 +242,10 @@ def _logits(
             yield group, logits.cpu()
         return
     if not prompt:  # nothing to share: a plain teacher-forced pass
-        logits = forward_logits(model, [((), c) for c in completions])
+        each = forward_logits(model, [((), c) for c in completions])
     else:
-        logits = [x for i in range(0, len(completions), rows) for x in shared_prompt_logits(model, prompt, completions[i : i + rows])]
-    yield list(range(len(completions))), torch.cat(logits)
+        each = [x for i in range(0, len(completions), rows) for x in shared_prompt_logits(model, prompt, completions[i : i + rows])]
+    yield list(range(len(completions))), torch.cat(each)
 
 
 def verdict(body: TokenRollout, draws: dict[int, Draws], seed: ActSeed, eos: set[int], tolerance: Tolerance) -> Verdict:
