@@ -19,8 +19,8 @@ after it), and the prompt runs in the first chunk's pass; the head runs once per
 (the prompt's last position once per completion), and a chunk's logits are handed over as one
 tensor, so the verdicts read them without a copy. SmolLM2, a body of 8 x 16 tokens after a
 45-token prompt, one thread (2026-11-28, a loaded 2-core Xeon): the model's forward 0.62-0.72
-CPU-s; this pass on the modules 0.52-0.54, packed 0.46-0.50 with the modules' plumbing around the
-packed matmuls, and ``packed_pass`` below (docs/benchmarks.md has the final numbers).
+CPU-s, this pass 0.37-0.49, of which ~0.26 the packed matmuls themselves (docs/benchmarks.md,
+"Spot checks: what verification costs").
 
 The completions are cut into chunks of at most ``CHUNK`` tokens (a whole completion each), so the
 attention pattern stays small however many samples a body has; the prompt's keys stay in the
