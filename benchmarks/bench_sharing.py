@@ -24,7 +24,6 @@ token weighing 1, the rule before that bound: does the bound cost sharing its ga
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import resource
 import statistics
@@ -75,11 +74,9 @@ def play(a: argparse.Namespace, seed: int, arm: str) -> Outcome:
             f"policy.model={a.model}", f"policy.sampling.max_new_tokens={a.max_new_tokens}",
             f"policy.sampling.num_generations={a.generations}", f"learner.grpo.learning_rate={a.lr}",
             f"learner.grpo.num_local={local}", f"learner.grpo.num_external={external}",
+            f"++learner.grpo.swarm_weight_bound={arm != 'sharing-equal-weight'}",
         ])  # fmt: skip
         managers, _ = build_managers(cfg)
-        if arm == "sharing-equal-weight":
-            for m in managers:  # the rule before the bound: min(1, inf * p) = 1 for every swarm token
-                m.learner.swarm_draws = lambda *_: math.inf
         held_out = managers[0].data.eval_tasks()
         before = by_op(managers[:1], held_out)
         curve = HeldOutEval(every=a.every, max_rounds=a.rounds)

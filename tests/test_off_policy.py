@@ -90,7 +90,7 @@ def own_logprobs(learner: GRPOLearner, body: TokenRollout) -> list[list[float]]:
     return out
 
 
-def gradient(mode: str, shift: tuple[float, float], sender: str = "me") -> tuple[torch.Tensor, dict[str, float]]:
+def gradient(mode: str, shift: tuple[float, float], sender: str = "me", bound: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
     """One update on two completions (rewards 1, 0) whose behaviour log-probs are the learner's
     own minus ``shift`` (0: on-policy; 5: a behaviour policy far less likely than ours), sent by
     ``sender``: this peer's own (stale) rollout by default, whose weights keep the ``is_cap``
@@ -100,7 +100,16 @@ def gradient(mode: str, shift: tuple[float, float], sender: str = "me") -> tuple
     # which the 1e-8 tolerances below rely on; the shared-prefix path is checked against it in
     # tests/test_grpo_speed.py.
     learner = GRPOLearner(
-        p, {"off_policy": mode, "is_cap": 2.0, "max_grad_norm": 1e9, "learning_rate": 0.0, "num_external": 1, "shared_prefix": False}
+        p,
+        {
+            "off_policy": mode,
+            "is_cap": 2.0,
+            "max_grad_norm": 1e9,
+            "learning_rate": 0.0,
+            "num_external": 1,
+            "shared_prefix": False,
+            "swarm_weight_bound": bound,
+        },
     )
     inp = Task.create("Calculate 3 + 4.").input(0)
     body = TokenRollout(inp.task_id, inp.digest, tuple(p.prompt_ids(inp)),

@@ -55,6 +55,8 @@ def test_grpo_a_swarm_tokens_claim_is_not_read() -> None:
     assert not torch.allclose(reference, plain, rtol=1e-3, atol=1e-7)
     own_tis = gradient("tis", (0.0, 0.5))[0]
     assert not torch.allclose(own_tis, plain, rtol=1e-3, atol=1e-7)  # an own claim still weighs: e^0.5
+    unbounded, metrics = gradient("tis", (0.0, 5.0), sender="peer", bound=False)  # grpo.swarm_weight_bound: false
+    assert torch.allclose(unbounded, plain, rtol=1e-3, atol=1e-7) and metrics["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
 
 
 def test_grpo_loss_weighs_swarm_tokens_by_the_receivers_probability() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -61,6 +62,10 @@ class GRPOConfig:
     max_external_per_sender: int = 0  # cap on one sender's rollouts in one update (0: only the round-robin's fair share)
     off_policy: OffPolicy = "tis"  # correction for rollouts sampled by another policy
     is_cap: float = 2.0  # importance-weight truncation (tis) / masking threshold (decoupled)
+    # A swarm token weighs min(1, n * this peer's probability of it) (``swarm_draws``): bounds a flooder's
+    # picks (issue 42). False: 1, as an own token; measured to keep SmolLM2 specialists' sharing gain
+    # that the bound took (bench_sharing, 2 seeds: +0.052 without, 0.000 with; docs/trust.md).
+    swarm_weight_bound: bool = True
     # Speed levers (same gradients up to float rounding; see the module docstring).
     shared_prefix: bool = True  # forward/backward each group's prompt once, not once per completion
     bucket: bool = True  # sort by length into micro-batches with at most max_padding padded positions
@@ -257,7 +262,7 @@ class GRPOLearner(Learner):
         sums = dict.fromkeys(("clip_frac", "kl", "is_weight_mean", "is_truncated_frac", "behaviour_kl"), 0.0)
         acc = {"loss": 0.0, "is_max": 0.0}
         params = [p for p in self.model.parameters() if p.requires_grad]
-        draws = self.swarm_draws(state)
+        draws = self.swarm_draws(state) if self.cfg.swarm_weight_bound else math.inf
 
         def loss_of(logp: torch.Tensor, unit: Batch | Chunk) -> torch.Tensor:
             # Proximal policy: the weights before this update. With one epoch that is the
