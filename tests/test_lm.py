@@ -403,8 +403,8 @@ def test_checkpoint_restores_weights_version_rng_and_optimizer(tmp_path: Path) -
     torch_rng = torch.get_rng_state()
     torch.manual_seed(123)
     next_bodies = policy.rollouts([inp])
-    reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "policy" / "0" / "model"))
-    assert all(torch.equal(a, b) for a, b in zip(policy.model.state_dict().values(), reloaded.state_dict().values()))
+    reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "policy" / "0" / "model"))  # on the CPU, whatever device the policy is on
+    assert all(torch.equal(a, b.to(a.device)) for a, b in zip(policy.model.state_dict().values(), reloaded.state_dict().values()))
     again = make(seed=9)
     again_learner = GRPOLearner(again, {"learning_rate": 1e-2})
     again.load(tmp_path / "policy" / "0")
