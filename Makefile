@@ -96,7 +96,8 @@ demo-agent-grpo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=25
 
-# The inner loop: every test but the slow ones (real daemons, chains, clusters, browsers, LM training), under 2 minutes.
+# The inner loop: every test but the slow ones (real daemons, chains, clusters, browsers, LM training): 6 minutes on a quiet
+# 2-core machine (2026-11-28, 1,659 tests), against ~25 for make test.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
