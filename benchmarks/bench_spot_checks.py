@@ -45,12 +45,14 @@ SETTINGS = ({"threads": 1, "pack": True}, {"threads": 2, "pack": False}, {"threa
 LORA = {"r": 8, "alpha": 16, "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
 
 
-def adapter_peer(model: str, sampling: dict[str, object], seed: int) -> LMPolicy:
-    policy = LMPolicy(model, sampling, lora=LORA, seed=seed)
+def adapter_peer(model: str, sampling: dict[str, object], seed: int, device: str = "auto", dtype: str = "auto") -> LMPolicy:
+    """An adapter peer whose adapter is drawn from ``seed`` (moved off peft's zeros), the same on any device."""
+    policy = LMPolicy(model, sampling, lora=LORA, device=device, dtype=dtype, seed=seed)
     with torch.no_grad():
         for name, w in policy.model.named_parameters():
             if "lora_B" in name:
-                w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(seed * 1000 + len(name))) * 0.01)
+                noise = torch.randn(w.shape, generator=torch.Generator().manual_seed(seed * 1000 + len(name))) * 0.01
+                w.add_(noise.to(w.device, w.dtype))
     return policy
 
 

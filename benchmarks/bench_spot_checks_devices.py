@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
+from bench_spot_checks import adapter_peer
 from common import machine
 
 from genrl_swarm.core import ActSeed
@@ -34,8 +35,6 @@ from genrl_swarm.core.interfaces import WorkCheck
 from genrl_swarm.data.digits import DigitArithmeticData
 from genrl_swarm.paradigms.lm.models import SMOLLM2, ensure_smollm2
 from genrl_swarm.paradigms.lm.policy import LMPolicy
-
-LORA = {"r": 8, "alpha": 16, "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
 
 
 @dataclass(frozen=True)
@@ -68,17 +67,6 @@ def matmul_precision(tf32: bool) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
-def peer(model: str, sampling: dict[str, object], setting: Setting) -> LMPolicy:
-    """An adapter peer whose adapter is the same on every device (moved off peft's zeros)."""
-    policy = LMPolicy(model, sampling, lora=LORA, device=setting.device, dtype=setting.dtype, seed=1)
-    with torch.no_grad():
-        for name, w in policy.model.named_parameters():
-            if "lora_B" in name:
-                noise = torch.randn(w.shape, generator=torch.Generator().manual_seed(1000 + len(name))) * 0.01
-                w.add_(noise.to(w.device, w.dtype))
-    return policy
-
-
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -101,7 +89,7 @@ def main() -> None:
     settings = [s for s in SETTINGS if s.device == "cpu" or torch.cuda.is_available()]
     if len(settings) < len(SETTINGS):
         print("no CUDA device: CPU settings only (a smoke run; the point of this benchmark is a GPU)", flush=True)
-    peers = {s.name: peer(model, sampling, s) for s in settings}
+    peers = {s.name: adapter_peer(model, sampling, 1, s.device, s.dtype) for s in settings}  # one adapter on every device
     data = DigitArithmeticData(tasks_per_round=a.questions, seed=7)
     rounds = []  # per round: (seed, {sender: (bodies, committed, seconds)})
     for r in range(a.rounds):

@@ -91,8 +91,9 @@ class SpotChecks:
         if 0 < self.senders < len(candidates):
             candidates = self._random.sample(candidates, self.senders)
         epoch = self.comm.settled_epoch()  # what every sender's draws this run are seeded with
+        kept = _kept(state, stage)
         for sender in candidates if self.per_sender > 0 else []:
-            why = self._check_sender(ActSeed(epoch, state.round, sender), stage, exchange, _kept(state, stage, sender), counts, deadline)
+            why = self._check_sender(ActSeed(epoch, state.round, sender), stage, exchange, kept.get(sender, set()), counts, deadline)
             if why is not None:
                 proven[sender] = why
         for sender, why in proven.items():
@@ -196,6 +197,10 @@ class SpotChecks:
             by.pop(drop.peer_id, None)
 
 
-def _kept(state: GameState, stage: int, sender: str) -> set[int]:
-    """Ids of the body objects of ``sender`` that admission stored at ``stage``."""
-    return {id(x.body) for x in state.rollouts if x.peer_id == sender and x.stage == stage}
+def _kept(state: GameState, stage: int) -> dict[str, set[int]]:
+    """Per sender, ids of the body objects admission stored at ``stage`` (one pass over the state)."""
+    out: dict[str, set[int]] = {}
+    for x in state.rollouts:
+        if x.stage == stage:
+            out.setdefault(x.peer_id, set()).add(id(x.body))
+    return out
