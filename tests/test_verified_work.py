@@ -50,6 +50,13 @@ HONEST = {"honest-0": {"threads": 1, "pack": True}, "honest-1": {"threads": 2, "
 
 #: Each peer's metrics rows of the last ``play``.
 rows: dict[str, list[dict[str, float]]] = {}
+#: Each peer's bodies marked verified, per stage of the last ``play``: (sender, whether the mark's body is a stored rollout's).
+marks: dict[str, list[list[tuple[str, bool]]]] = {}
+
+
+def record_marks(game: GameManager, state: GameState, stage: int, exchange: ExchangeResult) -> None:
+    kept = {id(x.body) for x in state.rollouts if x.stage == stage}
+    marks[game.peer_id].append([(v.peer_id, id(v.body) in kept) for v in state.verified if v.stage == stage])
 
 
 class ByIndex(RewardManager):
@@ -140,8 +147,13 @@ def play(
     seen: dict[str, list[ExchangeResult]] = {p: [] for p in policies}
     rows.clear()
     rows.update({p: [] for p in policies})
+    marks.clear()
+    marks.update({p: [] for p in policies})
     for peer, policy in policies.items():
-        hooks = Hooks(after_stage=[lambda g, state, s, ex: seen[g.peer_id].append(ex)], after_round=[lambda g, r: rows[g.peer_id].append(r.metrics)])
+        hooks = Hooks(
+            after_stage=[lambda g, state, s, ex: seen[g.peer_id].append(ex), record_marks],
+            after_round=[lambda g, r: rows[g.peer_id].append(r.metrics)],
+        )
         learner = GRPOLearner(policy, {"num_local": 4, "num_external": 4, "learning_rate": 1e-2}) if learn else None
         trust = TrustConfig(
             spot_checks=(checks or {}).get(peer, 1), spot_check_senders=(senders or {}).get(peer, 0), spot_check_samples=(samples or {}).get(peer, 0)
@@ -199,6 +211,7 @@ def test_a_cheater_is_caught_by_the_first_check_and_quarantined_everywhere(how: 
         (first, *_) = seen[peer]
         assert set(first.models) == {*HONEST, "cheater"} - {peer} or set(first.models) == {*HONEST, "cheater"}
         assert "cheater" not in seen[peer][1].received  # not read in round 1
+        assert all(sender != "cheater" for stage in marks[peer] for sender, _ in stage)  # none of its bodies passed
     assert forged(games["cheater"]) == set()  # ... nor by the cheater's own honest checks
 
 
@@ -245,6 +258,10 @@ def test_honest_adapter_peers_training_every_round_are_never_flagged() -> None:
         assert all(row["checks/proven_s0"] == 0 and row["checks/unchecked_s0"] == 0 and row["checks/tokens_s0"] > 0 for row in rows[peer])
     checked = {peer: [row["checks/bodies_s0"] for row in rows[peer]] for peer in games}
     assert checked == {"honest-0": [2, 2, 2], "honest-1": [4, 4, 4], "honest-2": [1, 1, 1]}  # k per sender; one sender a stage
+    # every body checked passed, and is marked verified in the round's state (a stored rollout's body)
+    assert {peer: [len(stage) for stage in marks[peer]] for peer in games} == checked
+    assert all(row["checks/verified_s0"] == row["checks/bodies_s0"] for peer in games for row in rows[peer])
+    assert all(kept and sender != peer for peer in games for stage in marks[peer] for sender, kept in stage)
 
 
 def test_the_adapter_is_served_by_its_digest_once_revealed() -> None:

@@ -27,6 +27,7 @@ from genrl_swarm.core.types import (
     ScoredRollout,
     StageInput,
     Task,
+    Verified,
     content_id,
     tie_break,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "Task",
     "TokenRollout",
     "TokenSample",
+    "Verified",
     "Weights",
     "content_id",
     "tie_break",

@@ -7,7 +7,10 @@ peer picks ``trust.spot_checks`` bodies of every sender that named a model, with
 own (``secrets``: nothing the sender knew when it committed), fetches the model's bytes by their
 committed digest (``Communication.fetch_model``: its store, the sender, any holder) and asks the
 policy whether that model draws those bodies (``Policy.check_work``: for LM, one teacher-forced
-forward, ``lm.verify``). A body it does not draw is a proof: the sender's signed commitment, the
+forward, ``lm.verify``). A body it draws is marked verified in the round's state
+(``GameState.verified``); the mark is all a pass changes, since no LM learner reads a swarm
+body's claimed log-probs (``lm.grpo_loss.behaviour_of``), so there is no claim a verified log-prob
+could replace. A body it does not draw is a proof: the sender's signed commitment, the
 payload it committed to and the model's bytes, all named by digests the sender signed. The
 sender is dropped for the round with all its bodies (``DropKind.FORGED``, hard: quarantined),
 and the check is passed on (``Communication.accuse``: the commitment and the body's index, in this
@@ -37,7 +40,7 @@ from dataclasses import dataclass, field
 from genrl_swarm.core.bodies import Body
 from genrl_swarm.core.interfaces import ActSeed, Communication, ExchangeResult, Fault, ModelClaim, Policy, WorkCheck
 from genrl_swarm.core.state import GameState
-from genrl_swarm.core.types import Drop, DropKind
+from genrl_swarm.core.types import Drop, DropKind, Verified
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +84,7 @@ class SpotChecks:
         start, deadline = time.perf_counter(), time.monotonic() + timeout
         rechecks_until = time.monotonic() + RECHECK_SHARE * timeout
         proven: dict[str, str] = {}
-        counts = {"bodies": 0, "tokens": 0, "near_ties": 0, "unchecked": 0, "rechecked": 0}
+        counts = {"bodies": 0, "verified": 0, "tokens": 0, "near_ties": 0, "unchecked": 0, "rechecked": 0}
         for fault in self._pending(exchange.faults, skip, state.round):
             counts["rechecked"] += 1
             why = self._recheck(fault, max(rechecks_until - time.monotonic(), 0.0))
@@ -93,9 +96,12 @@ class SpotChecks:
         epoch = self.comm.settled_epoch()  # what every sender's draws this run are seeded with
         kept = _kept(state, stage)
         for sender in candidates if self.per_sender > 0 else []:
-            why = self._check_sender(ActSeed(epoch, state.round, sender), stage, exchange, kept.get(sender, set()), counts, deadline)
-            if why is not None:
-                proven[sender] = why
+            found = self._check_sender(ActSeed(epoch, state.round, sender), stage, exchange, kept.get(sender, set()), counts, deadline)
+            if isinstance(found, str):
+                proven[sender] = found
+            else:
+                state.verified += found
+                counts["verified"] += len(found)
         for sender, why in proven.items():
             self._drop(state, stage, received, Drop(sender, stage, None, why, DropKind.FORGED))
         metrics = {f"checks/{k}_s{stage}": float(v) for k, v in counts.items()}
@@ -103,18 +109,19 @@ class SpotChecks:
 
     def _check_sender(
         self, seed: ActSeed, stage: int, exchange: ExchangeResult, kept: set[int], counts: dict[str, int], deadline: float
-    ) -> str | None:
+    ) -> str | list[Verified]:
         """Check ``per_sender`` random bodies of ``seed.sender``'s among those this peer ``kept``
         (ids of the body objects admission stored: only they train, so a payload padded with bodies
         admission never reads cannot dilute the draw), its committed model fetched by digest; why it
-        is proven (and the proof passed on), or None. A check whose redone tokens are mostly near
-        ties proves nothing either way: unchecked, never passed. ``counts`` adds up."""
+        is proven (and the proof passed on), or the bodies it passed (none where unchecked). A check
+        whose redone tokens are mostly near ties proves nothing either way: unchecked, never passed.
+        ``counts`` adds up."""
         sender = seed.sender
         claim, payload = exchange.models[sender], exchange.received.get(sender, ())
         bodies = [i for i, body in enumerate(payload) if id(body) in kept]
         picks = sorted(self._random.sample(bodies, min(self.per_sender, len(bodies))))
         if not picks:
-            return None
+            return []
         blob = self.comm.fetch_model(seed.round, sender, claim, max(deadline - time.monotonic(), 0.0))
         picked = [payload[i] for i in picks]
         draws = [sorted(self._random.sample(range(b.num_samples), min(self.samples, b.num_samples))) for b in picked] if self.samples > 0 else None
@@ -122,7 +129,7 @@ class SpotChecks:
         if isinstance(checked, str):
             counts["unchecked"] += 1
             log.info("%s could not spot-check %s (r%d/s%d): %s", self.me, sender, seed.round, stage, checked)
-            return None
+            return []
         bad = [(i, why) for i, why in zip(picks, checked.mismatches) if why is not None]
         if not bad and checked.near_ties > checked.tokens:  # settings under which rounding decides most draws
             counts["unchecked"] += 1
@@ -133,12 +140,13 @@ class SpotChecks:
                 checked.near_ties,
                 checked.tokens + checked.near_ties,
             )
-            return None
+            return []
         counts["bodies"] += len(picks)
         counts["tokens"] += checked.tokens
         counts["near_ties"] += checked.near_ties
-        if not bad or blob is None:
-            return None
+        if not bad:
+            return [Verified(sender, stage, i, tuple(draws[n]) if draws else None, payload[i]) for n, i in enumerate(picks)]
+        assert blob is not None  # checked: its bytes were served
         body, why = bad[0]
         self.comm.accuse(seed.round, stage, sender, body, blob)
         return f"spot check of body {body} (r{seed.round}/s{stage}): {why}"
@@ -189,8 +197,10 @@ class SpotChecks:
 
     @staticmethod
     def _drop(state: GameState, stage: int, received: dict[str, tuple[Body, ...]], drop: Drop) -> None:
-        """``drop`` recorded; the sender's bodies leave ``received`` and every stage of ``state``."""
+        """``drop`` recorded; the sender's bodies leave ``received`` and every stage of ``state``,
+        its bodies' ``Verified`` marks too."""
         state.drops.append(drop)
+        state.verified = [v for v in state.verified if v.peer_id != drop.peer_id]
         received.pop(drop.peer_id, None)
         state.rollouts = [x for x in state.rollouts if x.peer_id != drop.peer_id]
         for by in state.sources.values():

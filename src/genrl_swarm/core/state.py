@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from genrl_swarm.core.types import Drop, Ref, Rollout, StageInput, Task
+from genrl_swarm.core.types import Drop, Ref, Rollout, StageInput, Task, Verified
 
 
 @dataclass
@@ -27,7 +27,8 @@ class GameState:
     (``DropKind.LOCAL``) and those of payloads it fetched by digest (``core.views``). Another
     sender may have built its later-stage inputs on them, so they go into the rebuilt inputs of
     such a sender (``view``), and nowhere else: never scored, trained on, or in this peer's own
-    inputs.
+    inputs. ``verified``: the bodies this peer's spot checks found drawn by their senders'
+    committed models (``Verified``; a sender later proven forged takes its marks with it).
     """
 
     round: int
@@ -39,6 +40,7 @@ class GameState:
     copies: list[Drop] = field(default_factory=list)
     sources: dict[int, dict[str, str]] = field(default_factory=dict)
     context: dict[Ref, list[Rollout[Any]]] = field(default_factory=dict)
+    verified: list[Verified] = field(default_factory=list)
 
     def set_tasks(self, tasks: Iterable[Task]) -> None:
         self.tasks = {t.id: t for t in tasks}
@@ -74,6 +76,11 @@ class GameState:
         """Whether this peer holds every payload ``refs`` names, exactly as named: recorded, or
         kept as context (``context``)."""
         return all(self.sources.get(r.stage, {}).get(r.sender) == r.digest or r in self.context for r in refs)
+
+    def is_verified(self, rollout: Rollout[Any]) -> bool:
+        """Whether a spot check of this peer's found ``rollout``'s body drawn by its sender's
+        committed model (``verified``)."""
+        return any(v.body is rollout.body and v.peer_id == rollout.peer_id for v in self.verified)
 
     def select(self, stage: int | None = None, task: str | None = None, peer: str | None = None) -> list[Rollout[Any]]:
         return [

@@ -171,6 +171,28 @@ class Drop:
 
 
 @dataclass(frozen=True)
+class Verified:
+    """A body this peer's spot check redid with the model its sender committed to and found drawn
+    by it (``core.spot_checks``): every redone token that is not a near tie is the public draw's
+    pick, and its claimed log-prob is the recomputed one within the check's tolerance
+    (``lm.verify.Tolerance``). Near ties (about a tenth of SmolLM2's tokens at temperature 1) are
+    not decided either way.
+
+    Why a mark and nothing more: a body not checked is bounded, not checked; this one is its
+    sender's model's work. No LM learner reads a swarm body's claimed log-probs (GRPO and the agents'
+    learner weigh a swarm token by this peer's own policy, ``lm.grpo_loss.behaviour_of``), so
+    there is no claim for a verified log-prob to replace. ``index``: the body's place in the
+    sender's payload (as a ``Fault`` names it); ``samples``: the samples redone (None: all);
+    ``body``: the object admission stored (``GameState.is_verified`` compares by identity)."""
+
+    peer_id: str
+    stage: int
+    index: int
+    samples: tuple[int, ...] | None = None
+    body: Body | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class ScoredRollout:
     """A rollout with the rewards *this* peer computed for each of its samples."""
 
