@@ -14,7 +14,9 @@ three honest peers alone reach 0.6-0.9 in 8 rounds. The eval is exact (the expec
 reward on 32 held-out prompts). Arms, each searched on its own:
 
 - ``now``: the learner as it is (swarm claims unread, swarm groups against the own group, a swarm
-  token weighing min(1, n * the receiver's own probability of it));
+  token weighing min(1, n * the receiver's own probability of it), the swarm copies of one
+  prefix-and-token edge, from every sender, sharing that budget: ``lm/swarm_budget.py``);
+- ``per-copy``: the rule before the edge budget (every copy weighing min(1, n * p) by itself);
 - ``control``: every peer learns by the rules before issue 42.3 (claims read with the own
   tokens' cap, each group normalised by itself): shows what the search finds where claims and
   composition do steer, so a small number for ``now`` is not a blind search;
@@ -24,6 +26,8 @@ Then each arm's worst plan is played against the other arms' learners on every s
 ``--aware``: the plan space of an attacker aware of the bound: the role ``likely`` (the flooder's
 own most likely token other than the target, so its picks weigh what an own sample would) and
 known plans built on it, late starts (when the decoy has grown likely) among them.
+``--sybils K``: the worst plan known against ``per-copy`` sent from 1 to K flooder ids (tails of
+their own, so no body copies another's), on every seed set, per arm (no search).
 ``--adapters``: every peer is a LoRA adapter on the shared base, so it commits to its adapter and
 receivers spot-check its bodies against it (a picked completion is then a forgery, and a proof).
 
@@ -94,15 +98,32 @@ AWARE = (
     GRPOFloodPlan(_many(1, "decoy", "decoy", LONG, -30.0) + _many(3, "zero", "zero", LONG, -30.0), honest_until=4),
     GRPOFloodPlan(_many(1, "decoy", "likely", 1, 0.0) + _many(1, "likely", "likely", 1, 0.0), honest_until=2),
 )
+#: The worst plan against ``per-copy`` (``KNOWN[6]``) and, for more flooder ids, the same decoys
+#: with tails of their own, so that no body copies another's (a hostile review's, which measured it
+#: from 2 and 3 ids: 24.4% and 31.4% against per-copy's 17.2% from one).
+SYBILS = (
+    KNOWN[6],
+    GRPOFloodPlan(
+        _many(1, "decoy", "rare", LONG, -30.0) + _many(1, "decoy", "rare", 3, -30.0)
+        + _many(1, "zero", "rare", 1, -30.0) + _many(1, "decoy", "rare", 4, -30.0)
+    ),
+    GRPOFloodPlan(
+        _many(1, "decoy", "zero", 5, -30.0) + _many(1, "decoy", "rare", 5, -30.0)
+        + _many(1, "zero", "zero", 3, -30.0) + _many(1, "decoy", "zero", 3, -30.0)
+    ),
+)  # fmt: skip
 AWARE_SPACE = Space(KNOWN + AWARE, lambda rng: random_plan(rng, AWARE_ROLES), lambda plan, rng: mutate(plan, rng, AWARE_ROLES), shape)
 
 
-def honest_eval(seed: int, plan: GRPOFloodPlan | None, rules: Rules) -> float:
-    """The three honest peers' mean final eval with a flooder playing ``plan`` (None: alone)."""
+def honest_eval(seed: int, plan: GRPOFloodPlan | tuple[GRPOFloodPlan, ...] | None, rules: Rules) -> float:
+    """The three honest peers' mean final eval with a flooder playing ``plan`` (None: alone; a
+    tuple: one flooder id per plan)."""
     if plan is None:
         return grpo_swarm.alone(seed, rules)
-    flooder = grpo_swarm.policy(seed, 3, GRPOFloodPolicy, roles=grpo_swarm.tokens(seed), plan=plan)
-    return grpo_swarm.honest_eval(seed, flooder, rules)
+    plans = plan if isinstance(plan, tuple) else (plan,)
+    roles = grpo_swarm.tokens(seed)
+    flooders = [grpo_swarm.policy(seed, 3 + i, GRPOFloodPolicy, roles=roles, plan=p) for i, p in enumerate(plans)]
+    return grpo_swarm.honest_eval(seed, flooders, rules)
 
 
 def arm(rules: Rules) -> Callable[[int, GRPOFloodPlan | None], float]:
@@ -119,11 +140,17 @@ def arm(rules: Rules) -> Callable[[int, GRPOFloodPlan | None], float]:
     return play
 
 
-def cross(result: Result[GRPOFloodPlan], rules: Rules, seeds: int) -> str:
-    """The worst plan of ``result`` played against the other arm's learner on every seed set."""
-    plan = result.worst[0].plan
-    drops = [1 - honest_eval(s, plan, rules) / grpo_swarm.alone(s, rules) for s in range(seeds)]
-    return f"{statistics.mean(drops):+.1%} ± {statistics.stdev(drops):.1%} (per seed set: {', '.join(f'{d:+.1%}' for d in drops)})"
+def drops(plan: GRPOFloodPlan | tuple[GRPOFloodPlan, ...], rules: Rules, seeds: int) -> str:
+    """``plan``'s relative drop of the honest eval on every seed set, mean ± sd and each."""
+    values = [1 - honest_eval(s, plan, rules) / grpo_swarm.alone(s, rules) for s in range(seeds)]
+    return f"{statistics.mean(values):+.1%} ± {statistics.stdev(values):.1%} (per seed set: {', '.join(f'{d:+.1%}' for d in values)})"
+
+
+def sybils(arms: list[Rules], ids: int, seeds: int) -> None:
+    """``SYBILS[:k]`` from k = 1..``ids`` flooder ids against every arm."""
+    for name in arms:
+        for k in range(1, ids + 1):
+            print(f"[{name}] the worst plan from {k} flooder id(s): {drops(SYBILS[:k], name, seeds)}", flush=True)
 
 
 def main() -> None:
@@ -137,7 +164,8 @@ def main() -> None:
     p.add_argument("--search-seed", type=int, default=0)
     p.add_argument("--adapters", action="store_true", help="adapter peers on a shared base: their bodies are spot-checked")
     p.add_argument("--spot-checks", type=int, default=1, help="with --adapters: bodies per sender and stage each receiver checks")
-    p.add_argument("--arms", nargs="+", choices=["now", "control", "equal-weight"], default=["now", "control"])
+    p.add_argument("--arms", nargs="+", choices=["now", "per-copy", "control", "equal-weight"], default=["now", "control"])
+    p.add_argument("--sybils", type=int, default=0, help="only play the worst plan from 1..K flooder ids against each arm")
     p.add_argument("--aware", action="store_true", help="the plan space of an attacker aware of the bound (role likely)")
     args = p.parse_args()
     if args.adapters:
@@ -147,6 +175,9 @@ def main() -> None:
     print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.1f} | {peers}"
           f" | plan space: {'aware of the bound' if args.aware else 'base'}")  # fmt: skip
     print(f"untrained eval: {statistics.mean(grpo_swarm.untrained(s) for s in range(args.seeds)):.3f}")
+    if args.sybils:
+        sybils(args.arms, args.sybils, args.seeds)
+        args.arms = []
     results: dict[Rules, Result[GRPOFloodPlan]] = {}
     for name in args.arms:  # type: Rules
         start = time.monotonic()
@@ -158,7 +189,7 @@ def main() -> None:
         print("\n".join(report(results[name], GRPOFloodPlan.describe, args.seeds)), flush=True)
     for name, result in results.items():  # each arm's worst plan against every other arm
         for other in sorted(results.keys() - {name}):
-            print(f"{name}'s worst plan against {other}: {cross(result, other, args.seeds)}")
+            print(f"{name}'s worst plan against {other}: {drops(result.worst[0].plan, other, args.seeds)}")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {rss:.0f} MB; load average at the end {os.getloadavg()[0]:.1f}")
 

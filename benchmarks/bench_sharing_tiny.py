@@ -1,8 +1,9 @@
 """Does bounding a swarm token's weight cost sharing its gain? The tiny model, equal compute.
 
 A swarm token weighs min(1, n * the receiver's own probability of it) (``lm/grpo_loss.py``, issue
-42: the GRPO flood). That bounds a flooder's picks the receiver finds unlikely, and also an honest
-peer's: the question here is whether the three honest peers of the flood benchmark's game
+42: the GRPO flood), and the swarm copies of one prefix-and-token edge, from every sender, share
+that budget (``lm/swarm_budget.py``). That bounds a flooder's picks the receiver finds unlikely or
+repeats, and also an honest peer's: the question here is whether the three honest peers of the flood benchmark's game
 (tests/helpers/grpo_swarm.py: the first token scores 1 for a target digit, 0.5 for a decoy; exact
 held-out eval; every peer the same 4 prompts a round) still learn more together than alone.
 
@@ -12,7 +13,8 @@ Arms, per seed set, three honest peers, no flooder:
 - ``2 + 2``: 2 own and 2 swarm groups (the same number of completions trained on as isolated);
 - ``all``: every own and every informative swarm group (the flood benchmark's setting, more compute);
 
-the sharing arms under the bound (``now``) and with every swarm token weighing 1 (``equal-weight``).
+the sharing arms under the bound (``now``), under the bound per copy (``per-copy``, the rule before
+the edge budget) and with every swarm token weighing 1 (``equal-weight``).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_sharing_tiny.py [--seeds 8]
 """
@@ -38,8 +40,10 @@ from helpers.grpo_swarm import Rules  # noqa: E402
 ARMS: dict[str, tuple[int, int, Rules]] = {
     "isolated": (-1, 0, "now"),
     "2 + 2, now": (2, 2, "now"),
+    "2 + 2, per-copy": (2, 2, "per-copy"),
     "2 + 2, equal-weight": (2, 2, "equal-weight"),
     "all, now": (-1, 12, "now"),
+    "all, per-copy": (-1, 12, "per-copy"),
     "all, equal-weight": (-1, 12, "equal-weight"),
 }
 
@@ -66,9 +70,16 @@ def main() -> None:
                 f", minus isolated {statistics.mean(gain):+.3f} ± {statistics.stdev(gain):.3f} (per seed set: {', '.join(f'{g:+.3f}' for g in gain)})"
             )
         print(line)
-    for bounded, unbounded in (("2 + 2, now", "2 + 2, equal-weight"), ("all, now", "all, equal-weight")):
-        diff = [a - b for a, b in zip(evals[bounded], evals[unbounded])]
-        print(f"{bounded} minus {unbounded}: {statistics.mean(diff):+.3f} ± {statistics.stdev(diff):.3f}")
+    for share in ("2 + 2", "all"):
+        for bounded, other in (
+            (f"{share}, now", f"{share}, per-copy"),
+            (f"{share}, now", f"{share}, equal-weight"),
+            (f"{share}, per-copy", f"{share}, equal-weight"),
+        ):
+            diff = [a - b for a, b in zip(evals[bounded], evals[other])]
+            print(
+                f"{bounded} minus {other}: {statistics.mean(diff):+.3f} ± {statistics.stdev(diff):.3f} (per seed set: {', '.join(f'{d:+.3f}' for d in diff)})"
+            )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{args.seeds} seed sets, {time.monotonic() - start:.0f} s, peak RSS {rss:.0f} MB, load average at the end {os.getloadavg()[0]:.1f}")
 

@@ -7,12 +7,14 @@ else. The untrained model starts every reply with a digit (each ~5-15%), so both
 the first round. The eval is exact, not sampled: the expected reward of the first token at the
 sampling temperature over held-out prompts, one forward each (no sampling noise between arms).
 
-The swarm is three honest peers and, optionally, a fourth (the flooder) on an in-memory board
-with a fixed epoch per seed set, so two runs of one seed set draw the same keys: arms differ only
-by what the fourth peer sends (common random numbers). Besides the learner as it is (``now``: a
-swarm token weighs min(1, n * the receiver's own probability of it), ``lm/grpo_loss.py``):
+The swarm is three honest peers and, optionally, a fourth (the flooder; or several, Sybils) on an
+in-memory board with a fixed epoch per seed set, so two runs of one seed set draw the same keys:
+arms differ only by what the other peers send (common random numbers). Besides the learner as it
+is (``now``: a swarm token weighs min(1, n * the receiver's own probability of it), the swarm
+copies of one prefix sharing that budget, ``lm/grpo_loss.py``, ``lm/swarm_budget.py``):
+``PerCopyLearner`` the rule before the budget (each copy weighing min(1, n * p) by itself),
 ``ClaimsReadLearner`` is the control arm (the rules before issue 42.3, under which claims and
-composition steer), ``EqualWeightLearner`` the rules between issue 42.3 and that bound (claims
+composition steer), ``EqualWeightLearner`` the rules between issue 42.3 and the bound (claims
 unread, every swarm token weighing what an own on-policy token weighs).
 """
 
@@ -123,6 +125,14 @@ class ClaimsReadLearner(GRPOLearner):
         return super().units([dataclasses.replace(s, swarm=False) for s in samples])
 
 
+class PerCopyLearner(GRPOLearner):
+    """The rule before the edge budget (``lm/swarm_budget.py``): every swarm copy of a token weighs
+    min(1, n * p) by itself, so k copies of one prefix (other tails, other ids) weigh k times it."""
+
+    def budget(self, samples: Sequence[Sample]) -> list[Sample]:
+        return list(samples)
+
+
 class EqualWeightLearner(GRPOLearner):
     """The rules before a swarm token's weight was bounded by the receiver's probability of it: its
     claim unread, it weighs what an own on-policy token weighs (1), however unlikely this peer
@@ -132,8 +142,10 @@ class EqualWeightLearner(GRPOLearner):
         return math.inf
 
 
-Rules = Literal["now", "control", "equal-weight"]
-LEARNERS: dict[str, type[GRPOLearner]] = {"now": GRPOLearner, "control": ClaimsReadLearner, "equal-weight": EqualWeightLearner}
+Rules = Literal["now", "per-copy", "control", "equal-weight"]
+LEARNERS: dict[str, type[GRPOLearner]] = {
+    "now": GRPOLearner, "per-copy": PerCopyLearner, "control": ClaimsReadLearner, "equal-weight": EqualWeightLearner,
+}  # fmt: skip
 
 
 def policy(seed: int, rank: int, cls: type[LMPolicy] = LMPolicy, **kwargs: object) -> LMPolicy:
@@ -141,15 +153,19 @@ def policy(seed: int, rank: int, cls: type[LMPolicy] = LMPolicy, **kwargs: objec
     return cls("tiny-random", sampling, seed=1000 * seed + rank, lora=LORA, **kwargs)  # type: ignore[arg-type]
 
 
-def run(seed: int, fourth: LMPolicy | None, rules: Rules = "now") -> list[LMPolicy]:
-    """Play ``ROUNDS`` rounds: three honest peers and ``fourth`` (none: the three alone); the
-    honest peers' policies after training. Every peer learns by ``rules`` (``LEARNERS``)."""
+Others = LMPolicy | Sequence[LMPolicy] | None
+
+
+def run(seed: int, others: Others, rules: Rules = "now") -> list[LMPolicy]:
+    """Play ``ROUNDS`` rounds: three honest peers and ``others`` (a fourth peer, several: ranks 3,
+    4, ...; none: the three alone); the honest peers' policies after training. Every peer learns
+    by ``rules`` (``LEARNERS``)."""
     swarm = InMemorySwarm(epoch=Epoch(hashlib.sha256(b"flood:%d" % seed).digest()[:EPOCH_BYTES]))
-    peers = 3 if fourth is None else 4
+    extra = [] if others is None else [others] if isinstance(others, LMPolicy) else list(others)
     coordinator, managers, honest = LocalCoordinator(settle_wait=0), [], []
     learner_cls = LEARNERS[rules]
-    for rank in range(peers):
-        pol = fourth if rank == 3 and fourth is not None else policy(seed, rank)
+    for rank in range(3 + len(extra)):
+        pol = extra[rank - 3] if rank >= 3 else policy(seed, rank)
         if rank < 3:
             honest.append(pol)
         config = GameConfig(max_rounds=ROUNDS, exchange_timeout=60.0, mode="train")
@@ -175,9 +191,9 @@ def evaluate(pol: LMPolicy, seed: int) -> float:
     return total / len(held_out)
 
 
-def honest_eval(seed: int, fourth: LMPolicy | None, rules: Rules = "now") -> float:
+def honest_eval(seed: int, others: Others, rules: Rules = "now") -> float:
     """The three honest peers' mean final eval."""
-    return statistics.mean(evaluate(p, seed) for p in run(seed, fourth, rules))
+    return statistics.mean(evaluate(p, seed) for p in run(seed, others, rules))
 
 
 @cache

@@ -24,7 +24,10 @@ own n weighs what an own on-policy token weighs; one it finds unlikely weighs wh
 expectation, n * pi_prox. That bounds what a sender picking completions can do with tokens the
 receiver would rarely draw itself (selective reporting: only good-but-not-best completions, never
 the best, each counted as if this peer had sampled it), as the bandit's learner weighs observed
-arms by its own policy (``games/bandit/gradient.py``). With nucleus
+arms by its own policy (``games/bandit/gradient.py``). The swarm copies of one prefix-and-token
+edge, from every sender together, share one such budget, min(copies, n * pi_prox)
+(``swarm_budget``: the per-token ``draws`` is n / copies), so neither repeating an answer with
+other tails nor sending it from more ids makes it weigh more. With nucleus
 sampling (top_p < 1) mu is the renormalised nucleus while pi_prox is the full tempered softmax,
 so even on-policy weights sit below 1 (by the kept mass): the right weight for learning the
 untruncated policy from truncated samples.
@@ -40,6 +43,8 @@ import torch
 Scale = Literal["group", "batch", "none"]
 Aggregation = Literal["token", "sequence"]
 OffPolicy = Literal["none", "tis", "decoupled"]
+#: n in a swarm token's weight min(1, n * pi_prox): one number, or one per token ([B, T]).
+Draws = float | torch.Tensor
 
 #: exp() of larger log-weights overflows float32; weights this large are capped or masked anyway.
 MAX_LOG_WEIGHT = 20.0
@@ -90,20 +95,25 @@ def raw_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor) -> torch.
     return torch.exp((prox_logp - behaviour_logp).detach().clamp(max=MAX_LOG_WEIGHT))
 
 
-def behaviour_of(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, swarm: torch.Tensor | None, draws: float = 1.0) -> torch.Tensor:
+def behaviour_of(
+    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, swarm: torch.Tensor | None, draws: Draws = 1.0
+) -> torch.Tensor:  # fmt: skip
     """The behaviour log-probs the weights use: the claimed ones for this peer's own rows; for
     rows another peer sent, whose claims are not read, max(log pi_prox, -log ``draws``)
     (detached), so their weight pi_prox/mu is min(1, draws * pi_prox). ``draws``: the completions
-    this peer samples per prompt (inf: every swarm token weighs 1, the rule before the bound)."""
+    this peer samples per prompt (inf: every swarm token weighs 1, the rule before the bound), or
+    per token ([B, T]) that divided by the swarm copies through the token's edge, so the copies
+    share one edge's budget (``swarm_budget``)."""
     if swarm is None:
         return behaviour_logp
-    own = prox_logp.detach().clamp(min=-math.log(draws))
+    floor = -torch.log(draws) if isinstance(draws, torch.Tensor) else torch.tensor(-math.log(draws))
+    own = torch.maximum(prox_logp.detach(), floor.to(prox_logp))
     return torch.where(swarm.unsqueeze(1) > 0, own, behaviour_logp)
 
 
 def importance_weights(
     prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mode: OffPolicy, cap: float, swarm: torch.Tensor | None = None,
-    draws: float = 1.0,
+    draws: Draws = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(per-token weight applied to the surrogate, per-token keep mask), both detached.
 
@@ -146,7 +156,7 @@ def grpo_loss(
     off_policy: OffPolicy = "none",
     is_cap: float = 2.0,
     swarm: torch.Tensor | None = None,
-    swarm_draws: float = 1.0,
+    swarm_draws: Draws = 1.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss of a micro-batch, normalised by the *whole* batch's size so accumulating micro-batch
     gradients equals one full-batch step.
@@ -157,7 +167,7 @@ def grpo_loss(
     then sequences (GRPO). Stats are means over this micro-batch's tokens (``tokens`` of them);
     the importance-weight stats describe the raw weight pi_prox/mu, whatever the mode.
     ``swarm`` ([B], 1 for rows other peers sent): their claims are not read; their tokens weigh
-    min(1, ``swarm_draws`` * pi_prox) (``behaviour_of``).
+    min(1, ``swarm_draws`` * pi_prox) (``behaviour_of``; per token: the edge's share, ``swarm_budget``).
     """
     objective, clipped = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high)
     mask = mask.to(objective.dtype)

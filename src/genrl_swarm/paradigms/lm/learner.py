@@ -38,6 +38,7 @@ from genrl_swarm.paradigms.lm.precision import Precision, autocast, compute_dtyp
 from genrl_swarm.paradigms.lm.prefix import Chunk, Chunking, PrefixBatch, SharedPrefixForward, group_by_prompt
 from genrl_swarm.paradigms.lm.selection import sapo_select
 from genrl_swarm.paradigms.lm.swarm_baseline import advantages
+from genrl_swarm.paradigms.lm.swarm_budget import copies_of, edge_copies
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
 
@@ -62,9 +63,10 @@ class GRPOConfig:
     max_external_per_sender: int = 0  # cap on one sender's rollouts in one update (0: only the round-robin's fair share)
     off_policy: OffPolicy = "tis"  # correction for rollouts sampled by another policy
     is_cap: float = 2.0  # importance-weight truncation (tis) / masking threshold (decoupled)
-    # A swarm token weighs min(1, n * this peer's probability of it) (``swarm_draws``): bounds a flooder's
-    # picks (issue 42). False: 1, as an own token; measured to keep SmolLM2 specialists' sharing gain
-    # that the bound took (bench_sharing, 2 seeds: +0.052 without, 0.000 with; docs/trust.md).
+    # A swarm token weighs min(1, n * this peer's probability of it) (``swarm_draws``), the swarm copies
+    # of one prefix sharing that budget (``swarm_budget``): bounds a flooder's picks, from any number of
+    # ids (issue 42). False: 1, as an own token; measured to keep SmolLM2 specialists' sharing gain
+    # that the bound per copy took (bench_sharing, 2 seeds: +0.052 without, 0.000 with; docs/trust.md).
     swarm_weight_bound: bool = True
     # Speed levers (same gradients up to float rounding; see the module docstring).
     shared_prefix: bool = True  # forward/backward each group's prompt once, not once per completion
@@ -111,6 +113,7 @@ class Batch:
     prox_logp: torch.Tensor | None = None  # [B, width], stored when num_epochs > 1
     ref_logp: torch.Tensor | None = None
     swarm: torch.Tensor | None = None  # [B], 1 for a row another peer sent (weighted by this peer's policy)
+    copies: torch.Tensor | None = None  # [B, width], swarm rows through each token's edge (``swarm_budget``), 1 elsewhere
 
     @property
     def width(self) -> int:
@@ -126,6 +129,7 @@ class Sample:
     logprobs: Sequence[float]
     advantage: float
     swarm: bool = field(default=False, kw_only=True)  # another peer sent it: its claims unread, weighted by this peer's policy
+    copies: Sequence[int] = field(default=(), kw_only=True)  # per token, the swarm rows sharing its edge (empty: 1 each)
 
 
 def sampler_dtype(policy: LMPolicy) -> torch.dtype:
@@ -143,6 +147,17 @@ def mark_swarm(samples: Sequence[Sample], chosen: Sequence[ScoredRollout], me: s
     (matched by identity: ``samples`` builds rows from the bodies' own id sequences)."""
     theirs = {id(s.completion_ids) for c in chosen if c.rollout.peer_id != me for s in getattr(c.rollout.body, "samples", ())}
     return [dataclasses.replace(s, swarm=True) if id(s.completion_ids) in theirs else s for s in samples]
+
+
+def share_edges(samples: Sequence[Sample]) -> list[Sample]:
+    """``samples`` with ``copies`` set on the swarm rows: per token, how many swarm rows of this
+    update (every sender's) share its prefix and token, so they share one weight budget
+    (``swarm_budget``)."""
+    swarm = [i for i, s in enumerate(samples) if s.swarm]
+    out = list(samples)
+    for i, copies in zip(swarm, edge_copies([(samples[i].prompt_ids, samples[i].completion_ids) for i in swarm])):
+        out[i] = dataclasses.replace(samples[i], copies=copies)
+    return out
 
 
 def _loss_units(units: Sequence[Batch | PrefixBatch]) -> list[Batch | Chunk]:
@@ -197,14 +212,16 @@ class GRPOLearner(Learner):
         attn = torch.zeros((len(samples), length), dtype=torch.long)
         comp = torch.zeros((len(samples), width), dtype=torch.float32)
         behaviour = torch.zeros((len(samples), width), dtype=torch.float32)
+        copies = torch.ones((len(samples), width), dtype=torch.float32)
         for i, s in enumerate(samples):
             seq, n = [*s.prompt_ids, *s.completion_ids], len(s.completion_ids)
             ids[i, length - len(seq) :], attn[i, length - len(seq) :] = torch.tensor(seq, dtype=torch.long), 1
             comp[i, width - n :], behaviour[i, width - n :] = 1, torch.tensor(s.logprobs, dtype=torch.float32)
+            copies[i, width - n :] = copies_of(s)
         adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
         swarm = torch.tensor([float(s.swarm) for s in samples], dtype=torch.float32)
         to = lambda t: t.to(self.device)  # noqa: E731
-        return Batch(to(ids), to(attn), to(comp), to(adv), to(behaviour), swarm=to(swarm))
+        return Batch(to(ids), to(attn), to(comp), to(adv), to(behaviour), swarm=to(swarm), copies=to(copies))
 
     def token_logps(self, model: Any, batch: Batch) -> torch.Tensor:
         """Log-probs of the last ``width`` tokens at the policy's sampling temperature (on-policy,
@@ -248,9 +265,13 @@ class GRPOLearner(Learner):
             samples = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))  # less padding per micro-batch
         return [self.collate(samples[i : i + size]) for i in range(0, len(samples), size)]
 
+    def budget(self, samples: Sequence[Sample]) -> list[Sample]:
+        """The swarm rows' shares of their edges' weight budgets (``swarm_budget``)."""
+        return share_edges(samples)
+
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
         chosen = self.select(state, rewards)
-        samples = mark_swarm(self.samples(state, chosen), chosen, state.peer_id)
+        samples = self.budget(mark_swarm(self.samples(state, chosen), chosen, state.peer_id))
         if not samples:
             return {"train/sequences": 0.0}
         units = self.units(samples)
@@ -273,7 +294,7 @@ class GRPOLearner(Learner):
                 eps_low=self.cfg.epsilon_low, eps_high=self.cfg.epsilon_high, beta=self.cfg.beta, ref_logp=unit.ref_logp,
                 aggregation=self.cfg.loss_aggregation, total_tokens=total_tokens, total_sequences=float(len(samples)),
                 behaviour_logp=unit.behaviour_logp, off_policy=self.cfg.off_policy, is_cap=self.cfg.is_cap,
-                swarm=unit.swarm, swarm_draws=draws,
+                swarm=unit.swarm, swarm_draws=draws if unit.copies is None else draws / unit.copies,
             )  # fmt: skip
             acc["loss"] += float(loss.detach())
             for k in sums:

@@ -32,6 +32,7 @@ import torch
 from genrl_swarm.paradigms.lm.hf_cache import cache_of, with_cache
 from genrl_swarm.paradigms.lm.logprobs import fused_token_logps, plain_token_logps
 from genrl_swarm.paradigms.lm.precision import autocast
+from genrl_swarm.paradigms.lm.swarm_budget import copies_of
 
 
 class SampleLike(Protocol):
@@ -55,6 +56,7 @@ class Chunk:
     prox_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
     swarm: torch.Tensor | None = None  # [n], 1 for a row another peer sent
+    copies: torch.Tensor | None = None  # [n, width], swarm rows through each token's edge (``swarm_budget``), 1 elsewhere
 
 
 @dataclass
@@ -83,14 +85,16 @@ def _chunk(rows: Sequence[tuple[int, SampleLike]], pad_id: int, device: torch.de
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.float32)
     behaviour = torch.zeros((len(rows), width), dtype=torch.float32)
+    copies = torch.ones((len(rows), width), dtype=torch.float32)
     for i, (_, s) in enumerate(rows):
         n = len(s.completion_ids)
         ids[i, :n], mask[i, :n] = torch.tensor(list(s.completion_ids), dtype=torch.long), 1
-        behaviour[i, :n] = torch.tensor(list(s.logprobs), dtype=torch.float32)
+        behaviour[i, :n], copies[i, :n] = torch.tensor(list(s.logprobs), dtype=torch.float32), copies_of(s)
     adv = torch.tensor([s.advantage for _, s in rows], dtype=torch.float32)
     prompt = torch.tensor([g for g, _ in rows], dtype=torch.long)
     swarm = torch.tensor([float(getattr(s, "swarm", False)) for _, s in rows], dtype=torch.float32)
-    return Chunk(prompt.to(device), ids.to(device), mask.to(device), adv.to(device), behaviour.to(device), swarm=swarm.to(device))
+    to = lambda t: t.to(device)  # noqa: E731
+    return Chunk(to(prompt), to(ids), to(mask), to(adv), to(behaviour), swarm=to(swarm), copies=to(copies))
 
 
 def _cut(rows: list[tuple[int, SampleLike]], how: Chunking) -> list[list[tuple[int, SampleLike]]]:
