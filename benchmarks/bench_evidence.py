@@ -9,9 +9,11 @@ peak RSS its own), on the pilot's game (bench_sharing.py: 3 specialists, per-pee
   groups as peer i of ``sharing`` did in the same round of the same seed (equal training rows;
   it runs after ``sharing`` and replays its counts; a shortfall is recorded).
 
-Metric and training reward: ``exact`` (``rewards.reasoning.exact_accuracy``: Reasoning Gym's
-extraction, exact match, no partial credit); lenient accuracy and Reasoning Gym's partial-credit
-score are recorded beside it. Held-out: greedy, before training and every ``--every`` rounds.
+Metric and training reward: ``stated`` (``rewards.reasoning.stated_accuracy``: the first line
+states the answer and nothing else; docs/evidence.md amendment 2: the registered ``exact``, a
+closed ``<answer>`` tag, is never written by this model); ``exact``, lenient accuracy and Reasoning
+Gym's partial-credit score are recorded beside it. Every swarm token weighs 1 (the pilot's game;
+amendment 3). Held-out: greedy, before training and every ``--every`` rounds.
 
 Records, in ``--out``: ``arms.jsonl`` (one line per finished arm) and ``seeds.jsonl`` (one line
 per finished seed: its arms and the paired differences). Run the same command again and it
@@ -19,7 +21,7 @@ resumes: finished seeds and arms are skipped, a half-written last line is droppe
 than those the folder's records were made with are refused (use another ``--out``).
 
     python benchmarks/bench_evidence.py --calibrate                       # step 0: the budget rule
-    python benchmarks/bench_evidence.py --max-new-tokens B                # the 14 seeds, resumable
+    python benchmarks/bench_evidence.py --max-new-tokens 8                # the 14 seeds, resumable (B = 8: amendment 2)
     python benchmarks/bench_evidence.py --analyze                         # the pre-registered analysis
     python benchmarks/bench_evidence.py --model tiny-random --rounds 1 --tasks 2 --generations 4 \\
         --eval-size 9 --max-new-tokens 8 --seeds 100-101 --out /tmp/ev       # smoke (minutes)
@@ -48,7 +50,7 @@ from common import machine, table
 
 ARMS = ("sharing", "isolated", "isolated_rows")
 OPS = ("+", "-", "*")
-METRICS = ("exact", "lenient", "rg", "format")
+METRICS = ("stated", "exact", "lenient", "rg", "format")
 PREREGISTERED_SEEDS = tuple(range(100, 114))
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -67,6 +69,8 @@ class Settings:
     eval_size: int = 96
     rows_factor: int = 2
     shaping: float = 0.0  # lenient_weight of the training reward (the calibration's fallback: 0.5)
+    metric: str = "stated"  # the primary metric and the training reward's answer rule (amendment 2)
+    swarm_weight_bound: bool = False  # every swarm token weighs 1, as in the pilot (amendment 3)
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -74,13 +78,14 @@ class Settings:
 
 # ---------------------------------------------------------------------------------------- scoring
 def score_texts(tasks: Sequence[Any], texts: Sequence[str]) -> dict[str, dict[str, float]]:
-    """metric -> op (and "all") -> mean over ``tasks``: exact, lenient, Reasoning Gym's default
+    """metric -> op (and "all") -> mean over ``tasks``: stated, exact, lenient, Reasoning Gym's default
     score (partial credit) and format (one closed answer block)."""
     from genrl_swarm.paradigms.lm.answers import tagged_answer, well_formatted
-    from genrl_swarm.rewards.reasoning import exact_accuracy, lenient_accuracy
+    from genrl_swarm.rewards.reasoning import exact_accuracy, lenient_accuracy, stated_accuracy
     from genrl_swarm.scoring.rg_exact import default
 
     each: dict[str, Callable[[Any, str], float]] = {
+        "stated": stated_accuracy,
         "exact": exact_accuracy,
         "lenient": lenient_accuracy,
         "rg": lambda t, x: default(tagged_answer(x), {"answer": t.answer}),
@@ -120,7 +125,7 @@ def rows_select(groups: Sequence[Any], want: int, rng: random.Random) -> tuple[l
 def overrides(s: Settings, seed: int, arm: str, out: str, peers: int = len(OPS)) -> list[str]:
     tasks = s.tasks * (s.rows_factor if arm == "isolated_rows" else 1)
     local, external = {"sharing": (s.tasks // 2, s.tasks - s.tasks // 2), "isolated": (s.tasks, 0), "isolated_rows": (-1, 0)}[arm]
-    reward = ["+reward.exact=true", *([f"+reward.lenient_weight={s.shaping}"] if s.shaping else [])]
+    reward = [f"+reward.answer_rule={s.metric}", *([f"+reward.lenient_weight={s.shaping}"] if s.shaping else [])]
     return [
         f"seed={seed}", f"swarm.num_peers={peers}", f"game.max_rounds={s.rounds}", "game.mode=train",
         f"run.dir={out}", "run.console=false", "run.tensorboard=false", "run.plot=false", "run.checkpoint_every=0",
@@ -129,6 +134,7 @@ def overrides(s: Settings, seed: int, arm: str, out: str, peers: int = len(OPS))
         f"policy.model={s.model}", f"policy.sampling.max_new_tokens={s.max_new_tokens}",
         f"policy.sampling.num_generations={s.generations}", f"learner.grpo.learning_rate={s.lr}",
         f"learner.grpo.num_local={local}", f"learner.grpo.num_external={external}", *reward,
+        f"++learner.grpo.swarm_weight_bound={s.swarm_weight_bound}",
     ]  # fmt: skip
 
 
@@ -160,7 +166,7 @@ def play_arm(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | 
     return {
         "before": before,
         "after": curve_points[-1][1],
-        "curve": [[r, sc["exact"]["all"], sc["lenient"]["all"]] for r, sc in curve_points],
+        "curve": [[r, sc[s.metric]["all"], sc["lenient"]["all"]] for r, sc in curve_points],
         "train": {
             "groups_per_update": statistics.mean(g for g, _, _ in per_round) if per_round else 0.0,
             "sequences_per_update": statistics.mean(q for _, q, _ in per_round) if per_round else 0.0,
@@ -257,7 +263,7 @@ def _status(code: int) -> str:
 
 
 def seed_record(s: Settings, seed: int, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    final = {a: r["after"]["exact"]["all"] for a, r in arms.items()}
+    final = {a: r["after"][s.metric]["all"] for a, r in arms.items()}
     auc = {a: statistics.mean(e for rounds, e, _ in r["curve"] if rounds > 0) for a, r in arms.items()}
     return {
         "seed": seed, "settings_key": s.key(), "settings": asdict(s),
@@ -274,7 +280,7 @@ def seed_record(s: Settings, seed: int, arms: dict[str, dict[str, Any]]) -> dict
     }  # fmt: skip
 
 
-def run(s: Settings, seeds: Sequence[int], out: Path, retries: int) -> int:
+def run(s: Settings, seeds: Sequence[int], out: Path, retries: int, only: Sequence[str] = ARMS) -> int:
     out.mkdir(parents=True, exist_ok=True)
     arms_path, seeds_path = out / "arms.jsonl", out / "seeds.jsonl"
     arm_records, seed_records = read_jsonl(arms_path), read_jsonl(seeds_path)
@@ -290,7 +296,7 @@ def run(s: Settings, seeds: Sequence[int], out: Path, retries: int) -> int:
             print(f"seed {seed}: done before, kept", flush=True)
             continue
         arms = {r["arm"]: r for r in arm_records if r["seed"] == seed}
-        for arm in ARMS:
+        for arm in (a for a in ARMS if a in only):
             if arm in arms:
                 print(f"seed {seed} {arm}: done before, kept", flush=True)
                 continue
@@ -308,10 +314,12 @@ def run(s: Settings, seeds: Sequence[int], out: Path, retries: int) -> int:
             r = arms[arm]
             append_jsonl(arms_path, r)
             short = f", shortfall {r['train']['shortfall']}" if arm == "isolated_rows" else ""
-            print(f"seed {seed} {arm}: exact {r['before']['exact']['all']:.3f} -> {r['after']['exact']['all']:.3f}, "
+            print(f"seed {seed} {arm}: {s.metric} {r['before'][s.metric]['all']:.3f} -> {r['after'][s.metric]['all']:.3f}, "
                   f"lenient {r['before']['lenient']['all']:.3f} -> {r['after']['lenient']['all']:.3f}, "
                   f"{r['train']['groups_per_update']:.2f} groups / {r['train']['sequences_per_update']:.1f} sequences per update"
                   f"{short}, {r['wall_s']:.0f} s, CPU {r['cpu_s']:.0f} s, peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)  # fmt: skip
+        if set(arms) != set(ARMS):
+            continue  # an exploratory subset of the arms: no seed record
         record = seed_record(s, seed, arms)
         append_jsonl(seeds_path, record)
         seed_records.append(record)
@@ -373,19 +381,19 @@ def paired(diffs: Sequence[float]) -> Paired:
 
 
 CONTRASTS = (
-    ("sharing-isolated", "primary: sharing - isolated, exact after the last round"),
-    ("sharing-isolated_rows", "(a) sharing - isolated with equal rows, exact after the last round"),
-    ("auc sharing-isolated", "(b) sharing - isolated, mean exact over the curve's points"),
+    ("sharing-isolated", "primary: sharing - isolated, {metric} after the last round"),
+    ("sharing-isolated_rows", "(a) sharing - isolated with equal rows, {metric} after the last round"),
+    ("auc sharing-isolated", "(b) sharing - isolated, mean {metric} over the curve's points"),
     ("lenient sharing-isolated", "(c) sharing - isolated, lenient after the last round (the pilot's metric)"),
 )
 
 
-def verdict(p: Paired, rounds: int) -> str:
+def verdict(p: Paired, rounds: int, metric: str) -> str:
     where = f"(95% CI {p.low:+.3f}..{p.high:+.3f}, {p.n} seeds, ahead in {p.ahead} of {p.n}, sign test p = {p.sign_p:.3f})"
     if p.low > 0:
-        return f"Sharing helps: after {rounds} rounds, sharing peers' exact held-out accuracy is higher than isolated peers' with equal generation by {p.mean:+.3f} {where}."
+        return f"Sharing helps: after {rounds} rounds, sharing peers' {metric} held-out accuracy is higher than isolated peers' with equal generation by {p.mean:+.3f} {where}."
     if p.high < 0:
-        return f"Sharing hurts: after {rounds} rounds, sharing peers' exact held-out accuracy is lower than isolated peers' with equal generation by {p.mean:+.3f} {where}."
+        return f"Sharing hurts: after {rounds} rounds, sharing peers' {metric} held-out accuracy is lower than isolated peers' with equal generation by {p.mean:+.3f} {where}."
     return (f"No effect of sharing shown: sharing - isolated = {p.mean:+.3f} (95% CI {p.low:+.3f}..{p.high:+.3f}, {p.n} seeds, "
             f"ahead in {p.ahead} of {p.n}); effects above {p.high:+.3f} are excluded, and the design had 80% power for effects of "
             f"{p.mde:.3f} or more.")  # fmt: skip
@@ -401,20 +409,20 @@ def analyze(records: Sequence[dict[str, Any]], s: Settings | None = None) -> Non
     rows = []
     for arm in ARMS:
         after = [r["arms"][arm]["after"] for r in records]
-        rows.append([arm, *(f"{statistics.mean(a['exact'][k] for a in after):.3f}" for k in (*OPS, "all")),
+        rows.append([arm, *(f"{statistics.mean(a[s.metric][k] for a in after):.3f}" for k in (*OPS, "all")),
                      f"{statistics.mean(a['lenient']['all'] for a in after):.3f}",
                      f"{statistics.mean(r['arms'][arm]['train']['groups_per_update'] for r in records):.2f}",
                      f"{statistics.mean(r['arms'][arm]['train']['sequences_per_update'] for r in records):.1f}"])  # fmt: skip
     before = [r["arms"]["sharing"]["before"] for r in records]
-    rows.insert(0, ["before", *(f"{statistics.mean(b['exact'][k] for b in before):.3f}" for k in (*OPS, "all")),
+    rows.insert(0, ["before", *(f"{statistics.mean(b[s.metric][k] for b in before):.3f}" for k in (*OPS, "all")),
                     f"{statistics.mean(b['lenient']['all'] for b in before):.3f}", "", ""])  # fmt: skip
     print(f"\nseeds {', '.join(map(str, seeds))} | mean over seeds of the 3 peers' mean")
-    print(table(["arm", *(f"exact {o}" for o in OPS), "exact all", "lenient all", "groups/update", "sequences/update"], rows))
+    print(table(["arm", *(f"{s.metric} {o}" for o in OPS), f"{s.metric} all", "lenient all", "groups/update", "sequences/update"], rows))
     out = []
     for key, name in CONTRASTS:
         diffs = [r["diff"][key] for r in records]
         p = paired(diffs)
-        out.append([name, ", ".join(f"{d:+.3f}" for d in diffs), f"{p.mean:+.3f} ± {p.sd:.3f}", f"{p.low:+.3f}..{p.high:+.3f}",
+        out.append([name.format(metric=s.metric), ", ".join(f"{d:+.3f}" for d in diffs), f"{p.mean:+.3f} ± {p.sd:.3f}", f"{p.low:+.3f}..{p.high:+.3f}",
                     f"{p.p:.3f}", f"{p.ahead}/{p.ahead + p.behind}", f"{p.sign_p:.3f}"])  # fmt: skip
     print(table(["contrast", "per seed", "mean ± sd", "95% t-interval", "p", "ahead", "sign p"], out))
     cpu = [r["cpu_s"] for r in records]
@@ -422,15 +430,16 @@ def analyze(records: Sequence[dict[str, Any]], s: Settings | None = None) -> Non
           f"{max(r['peak_rss_mb'] for r in records):.0f} MB")  # fmt: skip
     primary = paired([r["diff"]["sharing-isolated"] for r in records])
     registered = tuple(seeds) == PREREGISTERED_SEEDS and s.model == SMOLLM2 and (s.rounds, s.tasks, s.generations, s.eval_size) == (8, 4, 8, 96)
+    registered = registered and s.metric == "stated" and not s.swarm_weight_bound
     if registered:
-        print(f"pre-registered verdict: {verdict(primary, s.rounds)}")
+        print(f"pre-registered verdict: {verdict(primary, s.rounds, s.metric)}")
     else:
-        print(f"exploratory (not the pre-registered 14 seeds and settings; no verdict): {verdict(primary, s.rounds)}")
+        print(f"exploratory (not the pre-registered 14 seeds and settings; no verdict): {verdict(primary, s.rounds, s.metric)}")
 
 
 # -------------------------------------------------------------------------------- step 0: budget
 def calibrate(s: Settings, budgets: Iterable[int] = (8, 16, 24, 32), seed: int = 0) -> int:
-    """docs/evidence.md step 0 on the untrained model: greedy exact accuracy on pilot seed 0's
+    """docs/evidence.md step 0 on the untrained model: greedy accuracy (``s.metric``) on pilot seed 0's
     held-out split per budget; B is the smallest with accuracy >= 0.10."""
     from genrl_swarm.config import load_recipe
     from genrl_swarm.run.launcher import build_managers
@@ -444,16 +453,23 @@ def calibrate(s: Settings, budgets: Iterable[int] = (8, 16, 24, 32), seed: int =
             tasks = managers[0].data.eval_tasks()
             t0 = time.perf_counter()
             sc = score_texts(tasks, greedy_texts(managers[0].policy, tasks))
-            rows.append([budget, *(f"{sc['exact'][k]:.3f}" for k in (*OPS, "all")), f"{sc['lenient']['all']:.3f}",
+            rows.append([budget, *(f"{sc[s.metric][k]:.3f}" for k in (*OPS, "all")), f"{sc['lenient']['all']:.3f}",
                          f"{sc['rg']['all']:.3f}", f"{sc['format']['all']:.3f}", f"{time.perf_counter() - t0:.1f}"])  # fmt: skip
-            if chosen is None and sc["exact"]["all"] >= 0.10:
+            if chosen is None and sc[s.metric]["all"] >= 0.10:
                 chosen = budget
-    print(table(["max new tokens", *(f"exact {o}" for o in OPS), "exact all", "lenient all", "rg all", "format", "s"], rows))
+    print(table(["max new tokens", *(f"{s.metric} {o}" for o in OPS), f"{s.metric} all", "lenient all", "rg all", "format", "s"], rows))
     if chosen is None:
-        print("rule: no budget reaches 0.10: B = 32, training reward exact + 0.5 x lenient (--max-new-tokens 32 --shaping 0.5)")
+        print(f"rule: no budget reaches 0.10: B = 32, training reward {s.metric} + 0.5 x lenient (--max-new-tokens 32 --shaping 0.5)")
     else:
-        print(f"rule: B = {chosen} (the smallest budget with exact >= 0.10): --max-new-tokens {chosen}")
+        print(f"rule: B = {chosen} (the smallest budget with {s.metric} >= 0.10): --max-new-tokens {chosen}")
     return 0
+
+
+def parse_arms(p: argparse.ArgumentParser, text: str) -> tuple[str, ...]:
+    arms = tuple(a.strip() for a in text.split(",") if a.strip())
+    if not arms or set(arms) - set(ARMS) or ("isolated_rows" in arms and "sharing" not in arms):
+        p.error(f"--arms: a subset of {', '.join(ARMS)} (isolated_rows replays sharing's counts, so it needs sharing)")
+    return arms
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -477,7 +493,10 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--eval-size", type=int, default=96)
     p.add_argument("--rows-factor", type=int, default=2, help="arm C's questions per round, as a multiple of --tasks")
-    p.add_argument("--shaping", type=float, default=0.0, help="lenient_weight of the training reward (0: exact only)")
+    p.add_argument("--shaping", type=float, default=0.0, help="lenient_weight of the training reward (0: the metric only)")
+    p.add_argument("--metric", default="stated", choices=("stated", "exact"), help="the primary metric and the training reward's answer rule")
+    p.add_argument("--swarm-weight-bound", action="store_true", help="bound swarm tokens' weight (grpo.swarm_weight_bound; off as in the pilot)")
+    p.add_argument("--arms", default=",".join(ARMS), help="exploratory runs only: a subset of the arms (a seed's record needs all three)")
     p.add_argument("--retries", type=int, default=1, help="reruns of a failed arm before stopping")
     p.add_argument("--calibrate", action="store_true", help="step 0: the budget rule on the untrained model")
     p.add_argument("--analyze", action="store_true", help="the pre-registered analysis of --out's seeds.jsonl")
@@ -486,7 +505,20 @@ def main() -> None:
     if a.child:
         child(a.child)
         return
-    fields = ("model", "rounds", "every", "tasks", "generations", "max_new_tokens", "lr", "eval_size", "rows_factor", "shaping")
+    fields = (
+        "model",
+        "rounds",
+        "every",
+        "tasks",
+        "generations",
+        "max_new_tokens",
+        "lr",
+        "eval_size",
+        "rows_factor",
+        "shaping",
+        "metric",
+        "swarm_weight_bound",
+    )
     s = Settings(**{f: getattr(a, f) for f in fields})
     if a.analyze:
         analyze(read_jsonl(Path(a.out) / "seeds.jsonl"))
@@ -496,7 +528,7 @@ def main() -> None:
     if s.max_new_tokens <= 0:
         p.error("--max-new-tokens: the budget docs/evidence.md's step 0 gives (python benchmarks/bench_evidence.py --calibrate)")
     try:
-        sys.exit(run(s, parse_seeds(a.seeds), Path(a.out), a.retries))
+        sys.exit(run(s, parse_seeds(a.seeds), Path(a.out), a.retries, parse_arms(p, a.arms)))
     except KeyboardInterrupt:
         print("\nstopped: finished arms and seeds are kept; the same command resumes", file=sys.stderr)
         sys.exit(130)

@@ -14,7 +14,7 @@ import pytest
 from genrl_swarm.core import ScoredRollout
 from genrl_swarm.core.types import Rollout
 from genrl_swarm.data.digits import make_task, problems
-from genrl_swarm.rewards.reasoning import ReasoningReward, exact_accuracy, lenient_accuracy
+from genrl_swarm.rewards.reasoning import ReasoningReward, exact_accuracy, lenient_accuracy, stated_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -51,8 +51,39 @@ def test_the_reward_trains_on_the_exact_metric_when_asked() -> None:
     task = make_task(3, "*", 3)
     texts = ("9", "<answer>9</answer>", "<answer>3 * 3 = 9</answer>")
     assert [ReasoningReward()._reward(task, t) for t in texts] == [1.0, 1.0, 1.0]
-    assert [ReasoningReward(exact=True)._reward(task, t) for t in texts] == [0.0, 1.0, 0.0]
-    assert [ReasoningReward(exact=True, lenient_weight=0.5)._reward(task, t) for t in texts] == [0.5, 1.5, 0.5]
+    assert [ReasoningReward(answer_rule="exact")._reward(task, t) for t in texts] == [0.0, 1.0, 0.0]
+    assert [ReasoningReward(answer_rule="exact", lenient_weight=0.5)._reward(task, t) for t in texts] == [0.5, 1.5, 0.5]
+    assert [ReasoningReward(answer_rule="stated")._reward(task, t) for t in (*texts, "3 * 3 = 9")] == [1.0, 0.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="answer_rule: 'exactly' is not one of lenient, exact, stated"):
+        ReasoningReward(answer_rule="exactly")
+
+
+@pytest.mark.parametrize(
+    ("text", "stated"),
+    [
+        ("4 * 7 = 28", 1.0),  # SmolLM2's own answer form
+        ("4*7 = 28.", 1.0),
+        ("\n 28 \n\nThe answer is 28", 1.0),  # the first non-empty line decides
+        ("4 * 7 = 28 is right", 0.0),  # anything after the number on that line
+        ("7 * 4 = 28", 0.0),  # not the question's expression
+        ("3 + 25 = 28", 0.0),
+        ("The answer is 28.", 0.0),
+        ("4 * 7 is a mathematical operation", 0.0),  # an echo
+        ("4 * 7 = 24\n28", 0.0),  # a wrong first statement is not corrected by a later line
+        ("<answer>28</answer>", 0.0),
+        ("28.0", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_the_stated_metric_pays_only_a_first_line_that_states_the_answer(text: str, stated: float) -> None:
+    assert stated_accuracy(make_task(4, "*", 7), text) == stated
+
+
+def test_no_echo_of_any_problem_earns_the_stated_metric() -> None:
+    for a, op, b in problems():
+        task = make_task(a, op, b)
+        assert stated_accuracy(task, f"{a} {op} {b}") == 0.0 and stated_accuracy(task, f"{a} {op} {b} is a mathematical operation") == 0.0
+        assert stated_accuracy(task, f"{a} {op} {b} = {task.answer}") == 1.0
 
 
 def _group(rewards: tuple[float, ...], name: str = "g") -> ScoredRollout:

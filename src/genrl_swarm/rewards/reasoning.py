@@ -8,6 +8,8 @@ about its own rollout is read. That text is a stranger's, so it only reaches sco
 
 from __future__ import annotations
 
+import enum
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +40,41 @@ def exact_accuracy(task: Task, completion: str) -> float:
     return 1.0 if task.answer is not None and tagged_answer(completion) == task.answer else 0.0
 
 
+_QUESTION = re.compile(r"What is (.+)\?\s*$")
+_STATEMENT = re.compile(r"(?:(?P<expr>[^=]+?)\s*=\s*)?(?P<value>-?\d+)\.?")
+
+
+def stated_answer(task: Task, completion: str) -> str | None:
+    """The answer the completion's first non-empty line states, when that line is nothing but
+    the answer (``28``, ``28.``) or the question's own expression and the answer (``4 * 7 = 28``);
+    else None. For "What is X?" tasks (digits) whose model writes no ``<answer>`` tag at all."""
+    line = next((x.strip() for x in completion.splitlines() if x.strip()), "")
+    m = _STATEMENT.fullmatch(line)
+    if m is None:
+        return None
+    if m["expr"] is not None:
+        q = _QUESTION.search(task.prompt)
+        if q is None or "".join(m["expr"].split()) != "".join(q[1].split()):
+            return None
+    return m["value"]
+
+
+def stated_accuracy(task: Task, completion: str) -> float:
+    """1 when the completion's first line states the task's answer and nothing else (``stated_answer``),
+    else 0. An exact metric a 135M model's own answer form can reach (it writes ``4 * 7 = 28``, never a
+    tag: docs/evidence.md, amendment 2): an echo of the question, "the answer is 28", a wrong
+    expression or anything after the number on that line earn nothing."""
+    return 1.0 if task.answer is not None and stated_answer(task, completion) == task.answer else 0.0
+
+
+class AnswerRule(enum.Enum):
+    """How accuracy reads a task without a Reasoning Gym entry or a plug-in scorer."""
+
+    LENIENT = "lenient"  # extract_for: wherever a small model leaves it (the default)
+    EXACT = "exact"  # exact_accuracy: the last closed <answer> block, exactly
+    STATED = "stated"  # stated_accuracy: the first line states the answer and nothing else
+
+
 def lenient_accuracy(task: Task, completion: str, scorer: Scorer | None = None) -> float:
     """Credit for the answer wherever a small model leaves it (an unclosed tag, ``\\boxed{}``,
     "the answer is", the last number): a shaping term for training, never the evaluation metric."""
@@ -61,8 +98,8 @@ class ReasoningReward(RewardManager):
     where the kernel cannot build the sandbox, building this refuses to go on unless
     ``unconfined`` is set.
 
-    ``exact``: a task without a Reasoning Gym entry (digits) and without a plug-in ``scorer`` is
-    scored by ``exact_accuracy`` instead of the lenient extraction ``accuracy`` falls back to."""
+    ``answer_rule``: how a task without a Reasoning Gym entry (digits) and without a plug-in
+    ``scorer`` is scored (``AnswerRule``: lenient, exact or stated; a recipe names its value)."""
 
     def __init__(
         self,
@@ -72,9 +109,12 @@ class ReasoningReward(RewardManager):
         scorer: str | None = None,
         scorer_audited: bool = False,
         sandbox: Mapping[str, Any] | None = None,
-        exact: bool = False,
+        answer_rule: AnswerRule | str = AnswerRule.LENIENT,
     ) -> None:
-        self.exact = exact
+        try:
+            self.answer_rule = AnswerRule(answer_rule)
+        except ValueError:
+            raise ValueError(f"reward.answer_rule: {answer_rule!r} is not one of {', '.join(r.value for r in AnswerRule)}") from None
         self.accuracy_weight, self.format_weight, self.lenient_weight = accuracy_weight, format_weight, lenient_weight
         self.scorer = Scorer(scorer, Audit.OURS if scorer_audited else Audit.SANDBOXED) if scorer else None
         configure(limits_from(sandbox or {}), (scorer.partition(":")[0],) if scorer and not scorer_audited else ())
@@ -83,7 +123,8 @@ class ReasoningReward(RewardManager):
         return [self._reward(task, text) for text in rollout.texts]
 
     def _reward(self, task: Task, text: str) -> float:
-        exact = self.exact and self.scorer is None and task.metadata.get("entry") is None
-        hit = exact_accuracy(task, text) if exact else accuracy(task, text, self.scorer)
+        own = self.scorer is None and task.metadata.get("entry") is None
+        rule = {AnswerRule.EXACT: exact_accuracy, AnswerRule.STATED: stated_accuracy}.get(self.answer_rule) if own else None
+        hit = rule(task, text) if rule else accuracy(task, text, self.scorer)
         reward = self.accuracy_weight * hit + self.format_weight * float(well_formatted(text))
         return reward + (self.lenient_weight * lenient_accuracy(task, text, self.scorer) if self.lenient_weight else 0.0)
