@@ -154,7 +154,11 @@ def play_arm(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | 
         def curve(m: Any, result: Any) -> None:
             done = result.round + 1
             if done == s.rounds or (s.every > 0 and done % s.every == 0):
-                points.setdefault(done, {})[m.peer_id] = score_texts(held_out, greedy_texts(m.policy, held_out))
+                sc = points.setdefault(done, {})[m.peer_id] = score_texts(held_out, greedy_texts(m.policy, held_out))
+                print(
+                    f"  seed {seed} {arm} {m.peer_id} round {done}: {s.metric} {sc[s.metric]['all']:.3f}, lenient {sc['lenient']['all']:.3f}",
+                    flush=True,
+                )  # a killed arm leaves its curve in the log
 
         for m in managers:
             m.hooks.after_round = [h for h in m.hooks.after_round if not isinstance(h, Checkpointer)] + [curve]
