@@ -250,7 +250,7 @@ def spawn(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | Non
     record = json.loads(result.read_text())
     result.unlink()
     return {
-        "seed": seed, "arm": arm, "settings_key": s.key(), **record,
+        "seed": seed, "arm": arm, "settings_key": s.key(), "metric": s.metric, **record,
         "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "started": started.isoformat(timespec="seconds"),
@@ -441,6 +441,39 @@ def analyze(records: Sequence[dict[str, Any]], s: Settings | None = None) -> Non
         print(f"exploratory (not the pre-registered 14 seeds and settings; no verdict): {verdict(primary, s.rounds, s.metric)}")
 
 
+# ----------------------------------------------------------------------------------- the curves
+def plot_curves(records: Sequence[dict[str, Any]], path: Path) -> None:
+    """Held-out accuracy against rounds, one line per arm: the mean over seeds, the band the
+    spread (min..max) of the seeds; the metric the records were made with, and lenient dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    metric = records[0].get("metric", "stated")
+    for arm in ARMS:
+        curves = [r["curve"] for r in records if r["arm"] == arm]
+        if not curves:
+            continue
+        rounds = [c[0] for c in curves[0]]
+        color = None
+        for col, style in ((1, "-"), (2, "--")):
+            ys = [[c[i][col] for c in curves] for i in range(len(rounds))]
+            mean = [statistics.mean(y) for y in ys]
+            name = metric if col == 1 else "lenient"
+            color = ax.plot(rounds, mean, style, color=color, marker="o" if col == 1 else None, label=f"{arm} ({name})")[0].get_color()
+            if col == 1 and len(curves) > 1:
+                ax.fill_between(rounds, [min(y) for y in ys], [max(y) for y in ys], color=color, alpha=0.15)
+    seeds = sorted({r["seed"] for r in records})
+    ax.set(xlabel="round", ylabel="held-out accuracy (greedy)", title=f"seeds {', '.join(map(str, seeds))}: mean, band = min..max")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 # -------------------------------------------------------------------------------- step 0: budget
 def calibrate(s: Settings, budgets: Iterable[int] = (8, 16, 24, 32), seed: int = 0) -> int:
     """docs/evidence.md step 0 on the untrained model: greedy accuracy (``s.metric``) on pilot seed 0's
@@ -504,6 +537,7 @@ def main() -> None:
     p.add_argument("--retries", type=int, default=1, help="reruns of a failed arm before stopping")
     p.add_argument("--calibrate", action="store_true", help="step 0: the budget rule on the untrained model")
     p.add_argument("--analyze", action="store_true", help="the pre-registered analysis of --out's seeds.jsonl")
+    p.add_argument("--plot", metavar="PNG", help="plot the curves of --out's arms.jsonl into this file")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
@@ -524,6 +558,9 @@ def main() -> None:
         "swarm_weight_bound",
     )
     s = Settings(**{f: getattr(a, f) for f in fields})
+    if a.plot:
+        plot_curves(read_jsonl(Path(a.out) / "arms.jsonl"), Path(a.plot))
+        return
     if a.analyze:
         analyze(read_jsonl(Path(a.out) / "seeds.jsonl"))
         return

@@ -176,3 +176,16 @@ def test_a_seed_writes_its_lines_and_a_half_done_run_resumes(tmp_path: Path) -> 
     analysis = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_evidence.py"), "--analyze", "--out", str(out)],
                               capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
     assert analysis.returncode == 0 and "exploratory" in analysis.stdout and "primary: sharing - isolated" in analysis.stdout
+
+
+def test_the_curves_plot_every_arm_of_every_seed(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib  # noqa: F401
+
+    records = [
+        {"seed": seed, "arm": arm, "metric": "stated", "curve": [[r, 0.3 + 0.01 * r, 0.4] for r in (0, 4, 8)]}
+        for seed in (200, 201)
+        for arm in ("sharing", "isolated")
+    ]
+    ev.plot_curves(records, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
