@@ -26,8 +26,9 @@ Then each arm's worst plan is played against the other arms' learners on every s
 ``--aware``: the plan space of an attacker aware of the bound: the role ``likely`` (the flooder's
 own most likely token other than the target, so its picks weigh what an own sample would) and
 known plans built on it, late starts (when the decoy has grown likely) among them.
-``--sybils K``: the worst plan known against ``per-copy`` sent from 1 to K flooder ids (tails of
-their own, so no body copies another's), on every seed set, per arm (no search).
+``--sybils K``: a known plan (``--sybil-plan``, by default the worst against ``per-copy``) sent
+from 1 to K flooder ids (tails of their own, so no body copies another's), on every seed set, per
+arm (no search).
 ``--adapters``: every peer is a LoRA adapter on the shared base, so it commits to its adapter and
 receivers spot-check its bodies against it (a picked completion is then a forgery, and a proof).
 
@@ -45,6 +46,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -53,7 +55,7 @@ from common import machine  # noqa: E402
 from flood_search import Result, Space, report, search  # noqa: E402
 
 from helpers import grpo_swarm  # noqa: E402
-from helpers.grpo_flood import AWARE_ROLES, Completion, GRPOFloodPlan, GRPOFloodPolicy, mutate, random_plan, shape  # noqa: E402
+from helpers.grpo_flood import AWARE_ROLES, Completion, GRPOFloodPlan, GRPOFloodPolicy, Role, mutate, random_plan, shape  # noqa: E402
 from helpers.grpo_swarm import MAX_NEW_TOKENS as LONG  # noqa: E402
 from helpers.grpo_swarm import Rules  # noqa: E402
 
@@ -85,6 +87,15 @@ KNOWN = (
         + _many(1, "decoy", "rare", LONG, -30.0)
         + _many(1, "decoy", "decoy", 1, -30.0)
     ),
+    # The worst found against the edge budget (lm/swarm_budget.py): the base search's (7.8%) and the
+    # aware search's (9.1%), still two or three decoys with tails of their own.
+    GRPOFloodPlan(
+        _many(1, "decoy", "zero", LONG, -30.0)
+        + _many(1, "decoy", "zero", 5, -30.0)
+        + _many(1, "zero", "decoy", 1, -30.0)
+        + _many(1, "rare", "target", 2, 0.0)
+    ),
+    GRPOFloodPlan(_many(1, "decoy", "zero", LONG, -30.0) + _many(1, "decoy", "zero", 2, -30.0) + _many(1, "rare", "decoy", 1, -30.0)),
 )
 SPACE = Space(KNOWN, random_plan, mutate, shape)
 #: Plans aware of the bound: picks the receiver finds likely (its likeliest wrong first token, then
@@ -97,6 +108,9 @@ AWARE = (
     GRPOFloodPlan(_many(1, "decoy", "likely", LONG, -30.0) + _many(3, "zero", "likely", LONG, -30.0), honest_until=3),
     GRPOFloodPlan(_many(1, "decoy", "decoy", LONG, -30.0) + _many(3, "zero", "zero", LONG, -30.0), honest_until=4),
     GRPOFloodPlan(_many(1, "decoy", "likely", 1, 0.0) + _many(1, "likely", "likely", 1, 0.0), honest_until=2),
+    # The worst found against the edge budget (10.8% with the claim -9.67 it was found with, 10.9% with
+    # this one: the flooder trains on its own claims, so its likely tokens move): one decoy a task, no copies.
+    GRPOFloodPlan(_many(1, "decoy", "zero", LONG, -30.0) + _many(1, "zero", "decoy", 5, -10.0) + _many(1, "rare", "likely", 5, 0.0)),
 )
 #: The worst plan against ``per-copy`` (``KNOWN[6]``) and, for more flooder ids, the same decoys
 #: with tails of their own, so that no body copies another's (a hostile review's, which measured it
@@ -146,11 +160,21 @@ def drops(plan: GRPOFloodPlan | tuple[GRPOFloodPlan, ...], rules: Rules, seeds: 
     return f"{statistics.mean(values):+.1%} ± {statistics.stdev(values):.1%} (per seed set: {', '.join(f'{d:+.1%}' for d in values)})"
 
 
-def sybils(arms: list[Rules], ids: int, seeds: int) -> None:
-    """``SYBILS[:k]`` from k = 1..``ids`` flooder ids against every arm."""
+def retail(plan: GRPOFloodPlan, i: int) -> GRPOFloodPlan:
+    """``plan`` for the ``i``-th flooder id: every completion's tail another role, so that no body
+    copies another id's (first tokens and lengths unchanged)."""
+    tails: tuple[Role, ...] = ("zero", "rare", "decoy")
+    return replace(plan, completions=tuple(replace(c, filler=tails[(tails.index(c.filler) + i) % 3] if c.filler in tails else c.filler)
+                                           for c in plan.completions))  # fmt: skip
+
+
+def sybils(arms: list[Rules], ids: int, seeds: int, known: int) -> None:
+    """``KNOWN[known]`` from k = 1..``ids`` flooder ids against every arm (``SYBILS`` for the
+    review's plan, ``retail`` for the others)."""
+    plans = SYBILS if known == 6 else tuple(retail(KNOWN[known], i) for i in range(ids))
     for name in arms:
         for k in range(1, ids + 1):
-            print(f"[{name}] the worst plan from {k} flooder id(s): {drops(SYBILS[:k], name, seeds)}", flush=True)
+            print(f"[{name}] {plans[0].describe()} from {k} flooder id(s): {drops(plans[:k], name, seeds)}", flush=True)
 
 
 def main() -> None:
@@ -165,7 +189,8 @@ def main() -> None:
     p.add_argument("--adapters", action="store_true", help="adapter peers on a shared base: their bodies are spot-checked")
     p.add_argument("--spot-checks", type=int, default=1, help="with --adapters: bodies per sender and stage each receiver checks")
     p.add_argument("--arms", nargs="+", choices=["now", "per-copy", "control", "equal-weight"], default=["now", "control"])
-    p.add_argument("--sybils", type=int, default=0, help="only play the worst plan from 1..K flooder ids against each arm")
+    p.add_argument("--sybils", type=int, default=0, help="only play a known plan from 1..K flooder ids against each arm")
+    p.add_argument("--sybil-plan", type=int, default=6, help="with --sybils: the index of that plan in KNOWN")
     p.add_argument("--aware", action="store_true", help="the plan space of an attacker aware of the bound (role likely)")
     args = p.parse_args()
     if args.adapters:
@@ -176,7 +201,7 @@ def main() -> None:
           f" | plan space: {'aware of the bound' if args.aware else 'base'}")  # fmt: skip
     print(f"untrained eval: {statistics.mean(grpo_swarm.untrained(s) for s in range(args.seeds)):.3f}")
     if args.sybils:
-        sybils(args.arms, args.sybils, args.seeds)
+        sybils(args.arms, args.sybils, args.seeds, args.sybil_plan)
         args.arms = []
     results: dict[Rules, Result[GRPOFloodPlan]] = {}
     for name in args.arms:  # type: Rules

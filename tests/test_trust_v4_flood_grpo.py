@@ -8,12 +8,16 @@ Selective reporting: a flooder that sends only good-but-not-best completions (th
 early on is often all zero. A swarm token now weighs min(1, n * the receiver's own probability of
 it) (``lm/grpo_loss.py``), which bounds what completions the receiver would rarely draw can do;
 under the rule before (every swarm token weighing 1, ``equal-weight``) the same flood cost 59.6%.
-What the bound leaves, marked xfail(strict) so a fix is noticed: a decoy the receiver finds likely
-enough weighs fully, and sent with different tails it is no repeat (the longest search's worst).
+The swarm copies of one prefix-and-token edge, every sender's together, share that budget
+(``lm/swarm_budget.py``): a decoy sent three times with different tails, which weighed three times
+under the bound per copy (the longest search's worst then, 17.2% over 8 seed sets), now weighs
+what the receiver's own draws would. What the budget leaves, marked xfail(strict) so a fix is
+noticed: one decoy a task, which weighs what an own draw would, every round (the worst found).
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
@@ -54,13 +58,30 @@ def test_the_decoy_flood_costs_at_most_a_tenth_of_honest_eval() -> None:
 
 
 def distinct_decoys() -> GRPOFloodPlan:
-    """The longest search's worst (17.2% ± 13.7% over 8 seed sets): three decoy completions with
-    different tails, so none is a repeat that counts once, and one zero-reward digit, every task."""
+    """The longest search's worst against the bound per copy (17.2% ± 13.7% over 8 seed sets):
+    three decoy completions with different tails, so none is a repeat that counts once, and one
+    zero-reward completion, every task."""
     tails = (Completion("decoy", "zero", LONG, -30.0), Completion("decoy", "zero", 2, -30.0))
     return GRPOFloodPlan(tails + (Completion("zero", "decoy", 1, -30.0), Completion("decoy", "decoy", 1, -30.0)))
 
 
-@pytest.mark.xfail(strict=True, reason="a likely-enough decoy weighs fully, once per distinct tail (docs/trust.md)")
+@pytest.mark.slow  # 16 GRPO games: 2-3 minutes on 2 loaded cores
 def test_distinct_decoys_cost_at_most_a_tenth_of_honest_eval() -> None:
-    drop = 1 - honest_eval(3, distinct_decoys(), rules="now") / grpo_swarm.alone(3)
-    assert drop <= 0.10, drop  # measured 36.8% on this seed set
+    """The goal as the benchmark states it: the mean relative drop over 8 seed sets (one seed set
+    is too noisy for it: per seed set -4.5% to 22.7% now, 1.1% to 36.8% under the bound per copy)."""
+    drops = [1 - honest_eval(seed, distinct_decoys(), rules="now") / grpo_swarm.alone(seed) for seed in range(8)]
+    assert statistics.mean(drops) <= 0.10, drops  # measured 7.5%; 17.2% with each copy weighing min(1, n p) by itself
+
+
+def one_decoy_a_task() -> GRPOFloodPlan:
+    """The worst found against the edge budget (10.8% ± 8.6% over 8 seed sets, a search aware of
+    it): one decoy, a zero-reward digit then decoys, a rare token then the flooder's likeliest
+    tokens, every task: no copies to share, the push one decoy a task gets every round."""
+    return GRPOFloodPlan((Completion("decoy", "zero", LONG, -30.0), Completion("zero", "decoy", 5, -10.0), Completion("rare", "likely", 5, 0.0)))
+
+
+@pytest.mark.slow  # 8 more GRPO games (the honest peers alone are cached)
+@pytest.mark.xfail(strict=True, reason="one decoy a task still weighs what an own draw would, every round (docs/trust.md)")
+def test_the_worst_flood_found_costs_at_most_a_tenth_of_honest_eval() -> None:
+    drops = [1 - honest_eval(seed, one_decoy_a_task(), rules="now") / grpo_swarm.alone(seed) for seed in range(8)]
+    assert statistics.mean(drops) <= 0.10, drops  # measured 10.9% (10.8% with the search's claim -9.67: the flooder reads its own)
