@@ -250,12 +250,25 @@ def spawn(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | Non
     record = json.loads(result.read_text())
     result.unlink()
     return {
-        "seed": seed, "arm": arm, "settings_key": s.key(), "metric": s.metric, **record,
+        "seed": seed, "arm": arm, "settings_key": s.key(), "metric": s.metric, "code": code_version(), **record,
         "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }  # fmt: skip
+
+
+def code_version() -> str:
+    """The commit the arm ran (with ``+dirty`` when the tree differs from it): records say what made them."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "../src", "."], cwd=here, capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 class ArmFailed(RuntimeError):
