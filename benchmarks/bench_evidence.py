@@ -479,7 +479,8 @@ def plot_curves(records: Sequence[dict[str, Any]], path: Path) -> None:
             if col == 1 and len(curves) > 1:
                 ax.fill_between(rounds, [min(y) for y in ys], [max(y) for y in ys], color=color, alpha=0.15)
     seeds = sorted({r["seed"] for r in records})
-    ax.set(xlabel="round", ylabel="held-out accuracy (greedy)", title=f"seeds {', '.join(map(str, seeds))}: mean, band = min..max")
+    title = f"seeds {', '.join(map(str, seeds))}: mean, band = min..max" if len(seeds) > 1 else f"seed {seeds[0]}, mean of the 3 peers"
+    ax.set(xlabel="round", ylabel="held-out accuracy (greedy)", title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
