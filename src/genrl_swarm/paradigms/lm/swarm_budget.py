@@ -14,8 +14,8 @@ share that prefix and token. The edge's total weight is min(copies, n * p), shar
 its copies: each weighs min(1, n * p / copies). So
 
 - k copies of one answer, with any tails, from any number of sender ids, weigh together what this
-  peer's own n draws would give that answer (n * p), not k times that: the weight does not grow
-  with the number of copies or of ids (Sybil-proof);
+  peer's own n draws would give that answer's first token (n * p), not k times that: that edge's
+  weight does not grow with the number of copies or of ids;
 - a lone copy weighs min(1, n * p), the per-copy rule, so completions that share no prefix with
   another are weighed as before;
 - it is computed from what this peer holds: the token ids it received and its own probabilities,
@@ -23,7 +23,11 @@ its copies: each weighs min(1, n * p / copies). So
 
 What it leaves: within an edge's budget a sender still chooses which completions go through it
 (their tails and, where the reward reads the tail, their advantages' signs), and honest senders'
-copies share the budget with a flooder's. Own completions are not counted: they are this peer's
+copies share the budget with a flooder's (zero-advantage copies dilute an honest one). p is
+conditional on the prefix, so every distinct tail opens fresh edges worth up to 1 each: below the
+first token, more ids still add weight, and one answer sent as other token sequences gets a budget
+per sequence (a hostile review measured both: docs/trust.md). A budget on the path's joint
+probability would bound those; not built. Own completions are not counted: they are this peer's
 draws, the measure the budget is set against.
 """
 
