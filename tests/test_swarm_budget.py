@@ -46,6 +46,18 @@ def test_own_rows_are_not_counted() -> None:
     assert shared[0].copies == () and [s.copies for s in shared[1:]] == [(2, 1), (2, 1)]
 
 
+def test_copies_without_advantage_do_not_dilute_an_honest_copy() -> None:
+    """A flooder's zero-reward copies of an honest answer's prefix (advantage 0 against this
+    peer's baseline) would share its edge's budget and cut its weight (0.689 -> 0.069 with 9 in a
+    hostile review); they move nothing, so they are not counted."""
+    honest = Sample((1,), (DECOY, 7), (-1.0, -1.0), 1.0, swarm=True)
+    diluters = [Sample((1,), (DECOY, 7, t), (-1.0,) * 3, 0.0, swarm=True) for t in range(9)]
+    shared = share_edges([honest, *diluters])
+    assert shared[0].copies == (1, 1) and all(s.copies == () for s in shared[1:])
+    pair = share_edges([honest, dataclasses.replace(honest, completion_ids=(DECOY, 8))])
+    assert [s.copies for s in pair] == [(2, 1), (2, 1)]  # copies that move something still share
+
+
 # --------------------------------------------------------------------------- Sybils, in the learner
 def decoys(ids: int, per_id: int = 3) -> tuple[GRPOLearner, RoundRewards]:
     """This peer's own group for a prompt (all zero reward) and, from each of ``ids`` sender ids,

@@ -152,8 +152,9 @@ def mark_swarm(samples: Sequence[Sample], chosen: Sequence[ScoredRollout], me: s
 def share_edges(samples: Sequence[Sample]) -> list[Sample]:
     """``samples`` with ``copies`` set on the swarm rows: per token, how many swarm rows of this
     update (every sender's) share its prefix and token, so they share one weight budget
-    (``swarm_budget``)."""
-    swarm = [i for i, s in enumerate(samples) if s.swarm]
+    (``swarm_budget``). Rows with no advantage are not counted: they move nothing, and counted
+    they would only dilute an honest copy's share (a flooder's zero-reward copies of its prefix)."""
+    swarm = [i for i, s in enumerate(samples) if s.swarm and s.advantage != 0.0]
     out = list(samples)
     for i, copies in zip(swarm, edge_copies([(samples[i].prompt_ids, samples[i].completion_ids) for i in swarm])):
         out[i] = dataclasses.replace(samples[i], copies=copies)

@@ -23,7 +23,7 @@ its copies: each weighs min(1, n * p / copies). So
 
 What it leaves: within an edge's budget a sender still chooses which completions go through it
 (their tails and, where the reward reads the tail, their advantages' signs), and honest senders'
-copies share the budget with a flooder's (zero-advantage copies dilute an honest one). p is
+copies share the budget with a flooder's (rows with no advantage are not counted). p is
 conditional on the prefix, so every distinct tail opens fresh edges worth up to 1 each: below the
 first token, more ids still add weight, and one answer sent as other token sequences gets a budget
 per sequence (a hostile review measured both: docs/trust.md). A budget on the path's joint
