@@ -145,16 +145,17 @@ def test_a_seed_writes_its_lines_and_a_half_done_run_resumes(tmp_path: Path) -> 
     assert [a["arm"] for a in arms] == list(ev.ARMS) and [s["seed"] for s in seeds] == [100]
     for a in arms:  # its own process: CPU and peak RSS of that arm
         assert a["cpu_s"] > 0 and 100 < a["peak_rss_mb"] < 8000 and a["curve"][0][0] == 0 and a["curve"][-1][0] == 1
-        assert set(a["after"]) == set(ev.METRICS) and set(a["after"]["exact"]) == {"+", "-", "*", "all"}
+        assert set(a["after"]) == set(ev.METRICS) and set(a["after"]["stated"]) == {"+", "-", "*", "all"}
     sharing, rows = arms[0]["train"], arms[2]["train"]
     for peer, counts in sharing["schedule"].items():  # arm C trained on arm A's counts, less the recorded shortfall
         assert all(c <= w for c, w in zip(rows["schedule"][peer], counts))
     assert sum(map(sum, sharing["schedule"].values())) - sum(map(sum, rows["schedule"].values())) == rows["shortfall"]
     assert "seed 100 done:" in done.stdout and "CPU" in done.stdout and "peak RSS" in done.stdout
-    assert seeds[0]["diff"]["sharing-isolated"] == arms[0]["after"]["exact"]["all"] - arms[1]["after"]["exact"]["all"]
+    assert seeds[0]["diff"]["sharing-isolated"] == arms[0]["after"]["stated"]["all"] - arms[1]["after"]["stated"]["all"]
+    assert all(a["metric"] == "stated" and a["code"] for a in arms)
 
     again = _run(out)  # everything done: nothing runs
-    assert again.returncode == 0 and "seed 100: done before, kept" in again.stdout and ": exact" not in again.stdout
+    assert again.returncode == 0 and "seed 100: done before, kept" in again.stdout and ": stated" not in again.stdout
     assert len((out / "seeds.jsonl").read_text().splitlines()) == 1
 
     # half done: the seed line never written and the last arm cut mid-line
@@ -164,7 +165,7 @@ def test_a_seed_writes_its_lines_and_a_half_done_run_resumes(tmp_path: Path) -> 
     resumed = _run(out)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "seed 100 sharing: done before, kept" in resumed.stdout and "seed 100 isolated: done before, kept" in resumed.stdout
-    assert "seed 100 isolated_rows: exact" in resumed.stdout and "half-written" in resumed.stdout
+    assert "seed 100 isolated_rows: stated" in resumed.stdout and "half-written" in resumed.stdout
     arms2 = [json.loads(line) for line in (out / "arms.jsonl").read_text().splitlines()]
     assert [a["arm"] for a in arms2] == list(ev.ARMS) and arms2[:2] == arms[:2]
     for peer, counts in sharing["schedule"].items():  # the rerun arm replays the kept sharing arm's counts
