@@ -75,6 +75,9 @@ class AnswerRule(enum.Enum):
     STATED = "stated"  # stated_accuracy: the first line states the answer and nothing else
 
 
+_OWN_RULES = {AnswerRule.EXACT: exact_accuracy, AnswerRule.STATED: stated_accuracy}  # LENIENT: ``accuracy``'s fallback
+
+
 def lenient_accuracy(task: Task, completion: str, scorer: Scorer | None = None) -> float:
     """Credit for the answer wherever a small model leaves it (an unclosed tag, ``\\boxed{}``,
     "the answer is", the last number): a shaping term for training, never the evaluation metric."""
@@ -124,7 +127,7 @@ class ReasoningReward(RewardManager):
 
     def _reward(self, task: Task, text: str) -> float:
         own = self.scorer is None and task.metadata.get("entry") is None
-        rule = {AnswerRule.EXACT: exact_accuracy, AnswerRule.STATED: stated_accuracy}.get(self.answer_rule) if own else None
+        rule = _OWN_RULES.get(self.answer_rule) if own else None
         hit = rule(task, text) if rule else accuracy(task, text, self.scorer)
         reward = self.accuracy_weight * hit + self.format_weight * float(well_formatted(text))
         return reward + (self.lenient_weight * lenient_accuracy(task, text, self.scorer) if self.lenient_weight else 0.0)
