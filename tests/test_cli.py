@@ -140,12 +140,29 @@ def test_train_sh_checks_overrides_then_passes_the_torch_group(tmp_path: Path) -
     assert "run --recipe multistage_math/msm_dapodata_grpo.yaml communication=torch swarm.num_peers=1 game.max_rounds=1" in launched
 
 
+# The strict check is of our code: the libraries below are read as Any (``follow_imports = skip``)
+# instead of parsed whole. Following them parsed ~5,000 files of transformers, torch, ray and wandb
+# and took 158-195 s of the suite; ``make lint`` (``mypy src``) still checks our calls into them.
+_THIRD_PARTY_AS_ANY = "transformers torch ray wandb jax jaxlib peft gradio huggingface_hub opentelemetry mcp matplotlib trackio fastapi"
+_STRICT_CONFIG = f"""[mypy]
+python_version = 3.11
+ignore_missing_imports = True
+[mypy-{",".join(f"{name}.*" for name in _THIRD_PARTY_AS_ANY.split())}]
+follow_imports = skip
+[mypy-genrl_swarm.comm.torch_dist,genrl_swarm.run.loggers.trackio]
+warn_unused_ignores = False
+"""
+
+
 @pytest.mark.slow  # mypy --strict over core, comm, protocol, run, config
-@pytest.mark.timeout(900)  # ~15 s on a quiet machine; a checker is not timed, and memory pressure slowed it 20x
-def test_core_type_checks_strict() -> None:
+@pytest.mark.timeout(900)  # ~20 s on a quiet machine; a checker is not timed, and memory pressure slowed it 20x
+def test_core_type_checks_strict(tmp_path: Path) -> None:
     root = ROOT / "src" / "genrl_swarm"
+    config = tmp_path / "mypy.ini"
+    config.write_text(_STRICT_CONFIG)
+    paths = (str(root / p) for p in ("core", "comm", "protocol", "run", "config.py"))
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", *(str(root / p) for p in ("core", "comm", "protocol", "run", "config.py"))],
+        [sys.executable, "-m", "mypy", "--config-file", str(config), "--strict", "--no-incremental", *paths],
         capture_output=True,
         text=True,
         timeout=900,
