@@ -454,6 +454,21 @@ def analyze(records: Sequence[dict[str, Any]], s: Settings | None = None) -> Non
         print(f"exploratory (not the pre-registered 14 seeds and settings; no verdict): {verdict(primary, s.rounds, s.metric)}")
 
 
+def seed_table(records: Sequence[dict[str, Any]]) -> None:
+    """Every finished seed as one markdown row (docs/evidence.md#results): the raw per-seed
+    record, with no pooling, so it can be published before the stopping rule allows an interval."""
+    head = ["seed", "before", "sharing", "isolated", "isolated, equal rows", "sharing − isolated (primary)", "sharing − equal rows",
+            "curve mean, sharing − isolated", "lenient, sharing − isolated", "groups per update (A / B / C)", "C's shortfall", "CPU s", "peak RSS MB"]  # fmt: skip
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for r in sorted(records, key=lambda r: r["seed"]):
+        metric, arms, d = r["settings"]["metric"], r["arms"], r["diff"]
+        groups = "/".join(f"{arms[a]['train']['groups_per_update']:.2f}" for a in ARMS)
+        cells = [str(r["seed"]), f"{arms['sharing']['before'][metric]['all']:.3f}", *(f"{arms[a]['after'][metric]['all']:.3f}" for a in ARMS),
+                 *(f"{d[k]:+.3f}" for k, _ in CONTRASTS), groups, str(arms["isolated_rows"]["train"]["shortfall"]), f"{r['cpu_s']:.0f}",
+                 f"{r['peak_rss_mb']:.0f}"]  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
+
+
 # ----------------------------------------------------------------------------------- the curves
 def plot_curves(records: Sequence[dict[str, Any]], path: Path) -> None:
     """Held-out accuracy against rounds, one line per arm: the mean over seeds, the band the
@@ -551,6 +566,7 @@ def main() -> None:
     p.add_argument("--retries", type=int, default=1, help="reruns of a failed arm before stopping")
     p.add_argument("--calibrate", action="store_true", help="step 0: the budget rule on the untrained model")
     p.add_argument("--analyze", action="store_true", help="the pre-registered analysis of --out's seeds.jsonl")
+    p.add_argument("--table", action="store_true", help="every finished seed of --out as a markdown row (no pooling)")
     p.add_argument("--plot", metavar="PNG", help="plot the curves of --out's arms.jsonl into this file")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -574,6 +590,9 @@ def main() -> None:
     s = Settings(**{f: getattr(a, f) for f in fields})
     if a.plot:
         plot_curves(read_jsonl(Path(a.out) / "arms.jsonl"), Path(a.plot))
+        return
+    if a.table:
+        seed_table(read_jsonl(Path(a.out) / "seeds.jsonl"))
         return
     if a.analyze:
         analyze(read_jsonl(Path(a.out) / "seeds.jsonl"))
