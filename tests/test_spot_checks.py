@@ -202,3 +202,21 @@ def test_a_nucleus_uncertain_by_rounding_admits_either_normaliser() -> None:
 
     assert claimed(math.log(0.8 / 0.95)).ok and claimed(math.log(0.8 / (0.9 - 1e-5))).ok  # the third token in, or out
     assert not claimed(math.log(0.8 / 0.95) + 0.08).ok
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (1.3, 1.0), (0.7, 0.9)])
+def test_edges_from_shared_rows_in_place_are_the_edges_of_each_tokens_own_row(temperature: float, top_p: float) -> None:
+    """A teacher-forced pass hands over one row for every completion's first token (``rows``) and
+    lets the edges be computed in the logits' memory (``overwrite``): the same draws, bit for bit,
+    as a row per token in a fresh tensor."""
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(4, 1000, generator=generator) * 3  # 1000: not a multiple of sampling.BLOCK
+    rows = torch.tensor([0, 1, 2, 0, 3, 0])
+    tokens = torch.tensor([7, 999, 0, 256, 511, 7])
+    each = intervals(logits[rows], tokens, temperature, top_p, Tolerance().mass)
+    with torch.inference_mode():
+        shared = intervals(logits.clone(), tokens, temperature, top_p, Tolerance().mass, True, rows)
+    for a, b in zip(
+        (each.lo, each.hi, each.logprob, each.edge, each.slack), (shared.lo, shared.hi, shared.logprob, shared.edge, shared.slack), strict=True
+    ):
+        assert torch.equal(a, b)

@@ -10,10 +10,10 @@ pytest.importorskip("torch")
 import torch
 
 from genrl_swarm.paradigms.lm import packed as packing
-from genrl_swarm.paradigms.lm.adapters import adapt
+from genrl_swarm.paradigms.lm.adapters import adapt, terms
 from genrl_swarm.paradigms.lm.decoder import Decoder
 from genrl_swarm.paradigms.lm.policy import LMPolicy
-from genrl_swarm.paradigms.lm.teacher_forced import body_logits, chunks, layout
+from genrl_swarm.paradigms.lm.teacher_forced import body_logits, chunks, drawn_from, layout
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 LORA = {"r": 4, "alpha": 8, "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
@@ -68,16 +68,29 @@ def test_the_pass_gives_the_models_own_logits(adapted: LMPolicy, budget: int) ->
 
 
 @pytest.mark.parametrize("budget", [0, 512])
-def test_the_packed_pass_adds_the_adapters_terms(adapted: LMPolicy, monkeypatch: pytest.MonkeyPatch, budget: int) -> None:
-    """On the base's packed weights plus the adapter's low-rank terms (how a receiver checks)."""
+@pytest.mark.parametrize("how", ["fused", "per projection"])
+def test_the_packed_pass_adds_the_adapters_terms(adapted: LMPolicy, monkeypatch: pytest.MonkeyPatch, budget: int, how: str) -> None:
+    """On the base's packed weights plus the adapter's low-rank terms: fused as the sampler adds
+    them (``adapt``), or each projection's accumulated into its columns (``terms``: how a receiver checks)."""
     monkeypatch.setattr(packing, "MIN_WIDTH", 0)  # the tiny model packed too
     decoder = Decoder(adapted.model)
     base = packing.PackCache().get(decoder)
     assert base is not None
-    decoder.packed = adapt(base, decoder.layers, decoder.head)
-    assert decoder.packed is not base  # the adapter's terms are on
-    for completion, logits in zip(COMPLETIONS, body_logits(decoder, PROMPT, COMPLETIONS, budget), strict=True):
+    lora = None
+    if how == "fused":
+        decoder.packed = adapt(base, decoder.layers, decoder.head)
+        assert decoder.packed is not base  # the adapter's terms are on
+    else:
+        decoder.packed, lora = base, terms(decoder.layers, decoder.head)
+        assert lora is not None and all(set(layer) == {"qkv", "o", "gate_up", "down"} for layer in lora)
+        assert all(len(layer["qkv"]) == 3 and len(layer["gate_up"]) == 2 for layer in lora)
+    for completion, logits in zip(COMPLETIONS, body_logits(decoder, PROMPT, COMPLETIONS, budget, lora), strict=True):
         torch.testing.assert_close(logits, own_forward(adapted.model, completion), atol=1e-4, rtol=1e-4)
+
+
+def test_every_first_token_is_drawn_from_one_row() -> None:
+    """The prompt's last position is computed once, not once per completion."""
+    assert drawn_from([2, 0, 1]).tolist() == [0, 1, 2, 0, 0, 3]
 
 
 def test_a_pass_needs_a_prompt(adapted: LMPolicy) -> None:

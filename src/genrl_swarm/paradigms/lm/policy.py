@@ -25,7 +25,7 @@ from genrl_swarm.core import ActSeed, Body, Policy, Refusal, RunInterrupted, Sta
 from genrl_swarm.core.interfaces import MAX_MODEL_BYTES, WorkCheck
 from genrl_swarm.core.limits import LimitError
 from genrl_swarm.paradigms.lm import heap
-from genrl_swarm.paradigms.lm.adapters import adapt
+from genrl_swarm.paradigms.lm.adapters import LayerTerms, adapt, terms
 from genrl_swarm.paradigms.lm.answers import DEFAULT_SYSTEM_PROMPT
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
 from genrl_swarm.paradigms.lm.model_digest import ModelDigest, adapter_bytes, adapter_slots, load_adapter, model_digest
@@ -158,6 +158,7 @@ class LMPolicy(Policy):
         self._inexact: str | None = None  # why a draw this round was not exact fp32 (``committed_model``)
         self._told: str | None = None  # the last such reason logged
         self._scratch_slots: dict[str, torch.Tensor] | None = None  # its adapter's tensors, written in place
+        self._scratch_terms: tuple[LayerTerms, ...] | None = None  # its LoRA terms (lm.adapters.terms), read from those tensors
 
     @classmethod
     def preflight(cls, arguments: Mapping[str, Any]) -> None:
@@ -427,7 +428,9 @@ class LMPolicy(Policy):
                 torch.set_num_threads(self.sampling.threads)
             try:
                 picked = [samples[i] for i, _ in rollouts] if samples is not None else None
-                verdicts = check_bodies(checked, [b for _, b in rollouts], seed, t, p, self.eos_ids, samples=picked, packs=self._packs)
+                verdicts = check_bodies(
+                    checked, [b for _, b in rollouts], seed, t, p, self.eos_ids, samples=picked, packs=self._packs, lora=self._scratch_terms
+                )
             finally:
                 torch.set_num_threads(threads)
             for (i, _), verdict in zip(rollouts, verdicts, strict=True):
@@ -443,6 +446,9 @@ class LMPolicy(Policy):
         if self._scratch is None:
             self._scratch = apply_lora(self.base.shell(), self.lora)
             self._scratch_slots = adapter_slots(self._scratch)
+            if self._scratch_slots is not None and supports(self._scratch):  # loads write the tensors the terms read
+                decoder = Decoder(self._scratch)
+                self._scratch_terms = terms(decoder.layers, decoder.head)
         load_adapter(self._scratch, blob, digest, self._scratch_slots)
         return self._scratch
 

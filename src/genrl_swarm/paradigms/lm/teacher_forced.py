@@ -14,12 +14,18 @@ is one the check redoes.
 On the packed weights the layers run as the sampler's packed decode step does (``packed_pass``:
 q/k/v and gate/up fused, RoPE on the query and key heads at once with the attention scale folded
 in, the residuals added inside oneDNN's o and down matmuls); otherwise through
-``Decoder.block`` and the modules. A completion's last token is never fed (nothing checked comes
-after it), and the prompt runs in the first chunk's pass; the head runs once per checked token
-(the prompt's last position once per completion), and a chunk's logits are handed over as one
-tensor, so the verdicts read them without a copy. SmolLM2, a body of 8 x 16 tokens after a
-45-token prompt, one thread (2026-11-28, a loaded 2-core Xeon): the model's forward 0.62-0.72
-CPU-s, this pass 0.37-0.49, of which ~0.26 the packed matmuls themselves (docs/benchmarks.md,
+``Decoder.block`` and the modules. The sender's LoRA terms (``adapters.terms``) are read from the
+loaded adapter's own tensors, each projection's accumulated into its columns of the base map's
+output in place (no fused copy of the factors is built for a pass that uses them once). A
+completion's last token is never fed (nothing checked comes after it), and the prompt runs in the
+first chunk's pass, its positions but the last one only as keys and values in the last layer
+(that layer skips their queries, o and MLP); the head runs once per checked token and once for
+the prompt's last position, which every completion's first token is drawn from (``drawn_from``),
+and a chunk's logits are handed over as one tensor, so the verdicts read them without a copy.
+SmolLM2, a body of 8 x 16 tokens after a 45-token prompt, one thread (2026-11-28, a loaded 2-core
+Xeon): the model's forward 0.62-0.72 CPU-s, this pass 0.37-0.49 before the per-projection LoRA
+terms and the shared first row, of which ~0.26 the packed matmuls themselves; the whole check
+9-13% less CPU after (0.44 CPU-s at load 11-14, of which the pass 0.34-0.36; docs/benchmarks.md,
 "Spot checks: what verification costs").
 
 The completions are cut into chunks of at most ``CHUNK`` tokens (a whole completion each), so the
@@ -35,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from genrl_swarm.paradigms.lm import packed as packing
+from genrl_swarm.paradigms.lm.adapters import AdaptedLinear, LayerTerms, Term
 from genrl_swarm.paradigms.lm.decoder import Decoder, KVBuffer, RopeTables
 
 #: Tokens of completions per pass after the prompt. A chunk's attention pattern is CHUNK x (prompt
@@ -70,12 +77,19 @@ def layout(prefix: int, lengths: Sequence[int], device: torch.device) -> tuple[t
 
 
 def chunk_logits(
-    decoder: Decoder, prompt: Sequence[int], completions: Sequence[Sequence[int]], budget: int = CHUNK
-) -> Iterator[tuple[list[int], torch.Tensor]]:
-    """Per chunk of whole completions: their indices, and their next-token logits (float32) one
-    completion after the other, [sum of their lengths, V]: row t of a completion is the
-    distribution its token t was drawn from, after ``prompt`` (non-empty) and its tokens before t.
-    A chunk's logits are made when the caller asks for them, so only one chunk's are ever held."""
+    decoder: Decoder,
+    prompt: Sequence[int],
+    completions: Sequence[Sequence[int]],
+    budget: int = CHUNK,
+    lora: Sequence[LayerTerms] | None = None,
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Per chunk of whole completions: their indices, their next-token logits (float32) [R, V],
+    and ``rows`` [sum of their lengths]: for each of their tokens, one completion after the other,
+    the row of the logits it was drawn from (after ``prompt``, non-empty, and its tokens before it).
+    Every completion's first token is drawn after the prompt alone: that row is computed once
+    (row 0), not once per completion. A chunk's logits are made when the caller asks for them, so
+    only one chunk's are ever held. ``lora``: the LoRA terms (``adapters.terms``) to add on
+    ``decoder.packed``'s base maps."""
     if not prompt or not all(completions):
         raise ValueError("a teacher-forced pass needs a prompt and non-empty completions")
     device, start = decoder.device, len(prompt)
@@ -87,52 +101,101 @@ def chunk_logits(
         positions, attend = layout(start, [len(fed[i]) for i in group], device)
         tokens = [t for i in group for t in fed[i]]
         with torch.inference_mode():
-            if n == 0:  # the prompt, then this chunk
-                x = run(decoder, torch.tensor([*prompt, *tokens], device=device), positions, attend, buffer, 0)
-                last, x = x[start - 1 : start], x[start:]
+            if n == 0:  # the prompt, then this chunk: the prompt's last position and the chunk's tokens come back
+                x = run(decoder, torch.tensor([*prompt, *tokens], device=device), positions, attend, buffer, 0, lora, start - 1)
+                last = x[:1]
             else:  # the prompt's keys and values are in the buffer's first columns
-                x = run(decoder, torch.tensor(tokens, device=device), positions[start:], attend[start:, start:], buffer, start)
-            rows = [part for own in x.split([len(fed[i]) for i in group]) for part in (last, own)]
-            logits = decoder.logits(torch.cat(rows)).float()
-        yield group, logits  # outside inference mode: the caller's code runs between chunks
+                x = torch.cat(
+                    [last, run(decoder, torch.tensor(tokens, device=device), positions[start:], attend[start:, start:], buffer, start, lora)]
+                )
+            logits = decoder.logits(x).float()
+        yield group, logits, drawn_from([len(fed[i]) for i in group])  # outside inference mode: the caller's code runs between chunks
 
 
-def body_logits(decoder: Decoder, prompt: Sequence[int], completions: Sequence[Sequence[int]], budget: int = CHUNK) -> list[torch.Tensor]:
+def drawn_from(fed: Sequence[int]) -> torch.Tensor:
+    """``chunk_logits``' rows: of completions that fed ``fed`` tokens each (all but their last),
+    laid end to end after the prompt's last position (row 0), the row each of their tokens was
+    drawn from: row 0 for a first token, the row of the token before it otherwise."""
+    out, offset = [], 1
+    for n in fed:
+        out += [0, *range(offset, offset + n)]
+        offset += n
+    return torch.tensor(out, dtype=torch.long)
+
+
+def body_logits(
+    decoder: Decoder, prompt: Sequence[int], completions: Sequence[Sequence[int]], budget: int = CHUNK, lora: Sequence[LayerTerms] | None = None
+) -> list[torch.Tensor]:
     """``chunk_logits``, one tensor per completion [len, V]."""
     out: list[torch.Tensor] = []
-    for group, logits in chunk_logits(decoder, prompt, completions, budget):
-        out += logits.split([len(completions[i]) for i in group])
+    for group, logits, rows in chunk_logits(decoder, prompt, completions, budget, lora):
+        out += logits[rows].split([len(completions[i]) for i in group])
     return out
 
 
-def run(decoder: Decoder, ids: torch.Tensor, positions: torch.Tensor, attend: torch.Tensor, buffer: KVBuffer, start: int) -> torch.Tensor:
+def run(
+    decoder: Decoder,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    attend: torch.Tensor,
+    buffer: KVBuffer,
+    start: int,
+    lora: Sequence[LayerTerms] | None = None,
+    keep: int = 0,
+) -> torch.Tensor:
     """Tokens ``ids`` [T] at ``positions`` through every layer, seeing each other as ``attend``
     [T, T] says and every column before ``start``; their keys and values into the columns after.
-    The last layer's hidden states [T, hidden]."""
+    The last layer's hidden states from token ``keep`` on [T - keep, hidden] (the tokens before
+    only give keys and values: the last layer skips their queries, o and MLP)."""
     if decoder.packed is None:
-        return decoder.block(ids[None], positions[None], attend[None], buffer, start)[0]
+        return decoder.block(ids[None], positions[None], attend[None], buffer, start)[0, keep:]
     seen = torch.cat([attend.new_ones(len(ids), start), attend], dim=1)
     bias = torch.zeros(seen.shape, dtype=torch.float32, device=ids.device).masked_fill_(~seen, float("-inf"))
-    return packed_pass(decoder, decoder.packed, ids, positions, bias, buffer.data[:, :, 0], start)
+    return packed_pass(decoder, decoder.packed, ids, positions, bias, buffer.data[:, :, 0], start, lora, keep)
+
+
+def project(
+    linear: packing.PackedLinear | AdaptedLinear, x: torch.Tensor, extra: Sequence[Term], residual: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``linear`` of ``x`` (plus ``residual``, inside oneDNN's kernel), then each LoRA term of
+    ``extra`` accumulated into its columns of that output in place."""
+    y = linear(x) if residual is None else linear.add(x, residual)
+    for term in extra:
+        term.add_to(y, x)
+    return y
 
 
 def packed_pass(
-    decoder: Decoder, weights: packing.PackedWeights, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor, kv: torch.Tensor, start: int
+    decoder: Decoder,
+    weights: packing.PackedWeights,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    bias: torch.Tensor,
+    kv: torch.Tensor,
+    start: int,
+    lora: Sequence[LayerTerms] | None = None,
+    keep: int = 0,
 ) -> torch.Tensor:
     """``run`` on packed weights, as ``Decoder._packed_step`` runs a decode step: ``bias`` [T, start + T]
-    (0 where a key is seen, -inf elsewhere), ``kv`` [layers, 2, kv_heads, width, head_dim]."""
+    (0 where a key is seen, -inf elsewhere), ``kv`` [layers, 2, kv_heads, width, head_dim];
+    ``lora``: per layer, LoRA terms added on ``weights``' maps (``adapters.terms``)."""
     t, h, kvh, d = len(ids), decoder.heads, decoder.kv_heads, decoder.head_dim
     x = decoder.embed(ids)
     cos, sin = decoder.rotary(x[None], positions[None])
     rope = RopeTables.of(cos[0], sin[0], h, kvh, float(decoder.layers[0].self_attn.scaling))
-    end = start + t
+    end, final = start + t, len(decoder.layers) - 1
     for i, (layer, fused) in enumerate(zip(decoder.layers, weights.layers, strict=True)):
-        qkv = fused.qkv(layer.input_layernorm(x))  # [T, (h + 2 kvh) * d]
+        extra = lora[i] if lora is not None else {}
+        qkv = project(fused.qkv, layer.input_layernorm(x), extra.get("qkv", ()))  # [T, (h + 2 kvh) * d]
         qk = rope.turn(qkv[:, : (h + kvh) * d].view(t, h + kvh, d))  # q (scaled) and k heads
         kv[i, 0, :, start:end], kv[i, 1, :, start:end] = qk[:, h:].transpose(0, 1), qkv[:, (h + kvh) * d :].view(t, kvh, d).transpose(0, 1)
+        q, seen = qk[:, :h], bias
+        if i == final and keep:  # the tokens before ``keep`` gave their keys and values: nothing more is read of them
+            q, seen, x = q[keep:], bias[keep:], x[keep:]
         out = F.scaled_dot_product_attention(
-            qk[:, :h].transpose(0, 1)[None], kv[i, 0, :, :end][None], kv[i, 1, :, :end][None], attn_mask=bias[None, None], scale=1.0, enable_gqa=True
+            q.transpose(0, 1)[None], kv[i, 0, :, :end][None], kv[i, 1, :, :end][None], attn_mask=seen[None, None], scale=1.0, enable_gqa=True
         )
-        x = fused.o.add(out[0].transpose(0, 1).reshape(t, h * d), x)
-        x = fused.down.add(packing.gated(fused, layer.post_attention_layernorm(x)), x)
+        x = project(fused.o, out[0].transpose(0, 1).reshape(len(x), h * d), extra.get("o", ()), x)
+        gate, up = project(fused.gate_up, layer.post_attention_layernorm(x), extra.get("gate_up", ())).split(fused.inner, dim=-1)
+        x = project(fused.down, F.silu(gate).mul_(up), extra.get("down", ()), x)
     return x

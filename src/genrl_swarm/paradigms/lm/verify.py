@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from genrl_swarm.core import ActSeed, TokenRollout
-from genrl_swarm.paradigms.lm.adapters import adapt
+from genrl_swarm.paradigms.lm.adapters import LayerTerms, terms
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
 from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.sampling import BLOCK
@@ -88,12 +88,24 @@ class Draws:
         return [Draws(*parts) for parts in zip(*(f.split(list(sizes)) for f in fields), strict=True)]
 
 
-def intervals(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_p: float, mass: float) -> Draws:
-    """``Draws`` of ``tokens`` [T] under ``logits`` [T, V], as ``sampling.pick`` draws: without a
-    nucleus in its own arithmetic (``tempered``), with one in float64 over the vocabulary, ``ROWS``
-    tokens at a time (a chunk of a teacher-forced pass holds up to 512)."""
+def intervals(
+    logits: torch.Tensor,
+    tokens: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    mass: float,
+    overwrite: bool = False,
+    rows: torch.Tensor | None = None,
+) -> Draws:
+    """``Draws`` of ``tokens`` [T] under ``logits`` [T, V] (or, given ``rows`` [T], under
+    ``logits[rows]``: a row several tokens were drawn from is computed once), as ``sampling.pick``
+    draws: without a nucleus in its own arithmetic (``tempered``; ``overwrite``: in ``logits``' own
+    memory), with one in float64 over the vocabulary, ``ROWS`` tokens at a time (a chunk of a
+    teacher-forced pass holds up to 512)."""
     if top_p >= 1.0:
-        return tempered(logits, tokens, temperature)
+        return tempered(logits, tokens, temperature, overwrite, rows)
+    if rows is not None:
+        logits = logits[rows]
     parts = [nucleus(logits[i : i + ROWS], tokens[i : i + ROWS], temperature, top_p, mass) for i in range(0, len(tokens), ROWS)]
     return Draws(*(torch.cat(f) for f in zip(*((d.lo, d.hi, d.logprob, d.edge, d.slack) for d in parts), strict=True)))
 
@@ -118,31 +130,40 @@ def nucleus(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_
     return Draws(lo, lo + p, p.log(), unsure.gather(-1, rank).squeeze(-1), slack)
 
 
-def tempered(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> Draws:
+def tempered(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, overwrite: bool = False, rows: torch.Tensor | None = None) -> Draws:
     """``intervals`` without a nucleus, computed as ``sampling.draw_tempered`` draws: float32
     weights ``exp(scaled - max)``, summed per ``BLOCK`` of the vocabulary in float32, the blocks'
     running sum and the token's block's own in float64. An edge is then the sampler's own up to
     the logits' rounding, and the vocabulary is read in float32 three times (the float64 softmax,
     running sum and log-softmax of the whole vocabulary cost a SmolLM2 body of 128 tokens 40-80 ms).
-    """
+
+    ``overwrite`` (float32 ``logits`` the caller no longer needs, as a spot check's): the weights
+    are computed in the logits' own memory, the same operations in place. A SmolLM2 body's logits
+    are ~23 MB, and a fresh tensor of that size for each check cost ~5 ms of a check (a loaded
+    2-core Xeon, 2026-11-28). ``rows`` [T]: the row of ``logits`` each token was drawn from (None:
+    its own), so a row shared by several tokens is exponentiated and summed once."""
     scaled = logits.float()
+    in_place = overwrite and scaled is logits
     if temperature != 1.0:
-        scaled = (scaled - scaled.amax(-1, keepdim=True)) / temperature
-    rows, vocab = scaled.shape
+        scaled = scaled.sub_(scaled.amax(-1, keepdim=True)) if in_place else scaled - scaled.amax(-1, keepdim=True)
+        scaled = scaled.div_(temperature) if in_place else scaled / temperature
+    height, vocab = scaled.shape
+    every = torch.arange(height) if rows is None else rows  # each token's row
     top = scaled.amax(-1, keepdim=True)
-    weights = (scaled - top).exp_()
+    own = scaled[every, tokens].double()  # read before the weights may take the logits' place
+    weights = (scaled.sub_(top) if in_place else scaled - top).exp_()
     if vocab % BLOCK:
         weights = torch.nn.functional.pad(weights, (0, BLOCK - vocab % BLOCK))
-    blocks = weights.view(rows, -1, BLOCK)
-    cdf = blocks.sum(-1).double().cumsum(-1)
+    blocks = weights.view(height, -1, BLOCK)
+    cdf = blocks.sum(-1).double().cumsum(-1)[every]
     total = cdf[:, -1]
     block, column = tokens // BLOCK, tokens % BLOCK
-    every = torch.arange(rows)
-    earlier = torch.where(block > 0, cdf[every, (block - 1).clamp(min=0)], torch.zeros_like(total))
+    mine = torch.arange(len(tokens))
+    earlier = torch.where(block > 0, cdf[mine, (block - 1).clamp(min=0)], torch.zeros_like(total))
     inner = blocks[every, block].cumsum(-1, dtype=torch.float64)  # the token's block only
-    lo = earlier + torch.where(column > 0, inner[every, (column - 1).clamp(min=0)], torch.zeros_like(total))
-    hi = earlier + inner[every, column]
-    logprob = scaled[every, tokens].double() - top[:, 0].double() - total.log()
+    lo = earlier + torch.where(column > 0, inner[mine, (column - 1).clamp(min=0)], torch.zeros_like(total))
+    hi = earlier + inner[mine, column]
+    logprob = own - top[every, 0].double() - total.log()
     none = torch.zeros_like(total)
     return Draws(lo / total, hi / total, logprob, none.bool(), none)
 
@@ -207,45 +228,58 @@ def check_bodies(
     rows: int = 64,
     samples: Sequence[Sequence[int]] | None = None,
     packs: PackCache | None = None,
+    lora: Sequence[LayerTerms] | None = None,
 ) -> list[Verdict]:
     """``check_body`` of each of one sender's ``bodies``. ``samples``: per body, the indices of the
     samples to redo (each keeps its own key); None: all of them. The logits come from one
     teacher-forced pass per body on the sampler's decoder (``lm.teacher_forced``), on the base's
     packed weights from ``packs`` when given (the sender's LoRA terms added on top); a model the
     decoder does not support runs its own forward, the prompt once and ``rows`` samples at a time
-    after it (``shared_prompt_logits``)."""
+    after it (``shared_prompt_logits``). ``lora``: ``model``'s ``adapters.terms`` when the caller
+    keeps them (a scratch model whose adapter is written in place: the terms read its live tensors)."""
     decoder = Decoder(model) if supports(model) else None
     if decoder is not None and packs is not None:
         packed = packs.get(decoder)
-        decoder.packed = adapt(packed, decoder.layers, decoder.head) if packed is not None else None
-    model.eval()  # as the sampler runs it (a learner leaves it in train mode: LoRA dropout)
+        if packed is None:
+            lora = None
+        elif lora is None:
+            lora = terms(decoder.layers, decoder.head)
+        decoder.packed = packed if lora is not None else None  # the base's maps, the sender's terms added in the pass
+    if any(m.training for m in model.modules()):  # a learner leaves it in train mode (LoRA dropout); the sampler runs it in eval
+        model.eval()  # (setting it walks ~2,500 modules of a PEFT SmolLM2: 6 ms a check, where reading the flags costs 2)
     out = []
     for b, body in enumerate(bodies):
         picked = sorted(set(samples[b])) if samples is not None else list(range(len(body.samples)))
         completions = [body.samples[k].completion_ids for k in picked]
         draws: dict[int, Draws] = {}
-        for group, logits in _logits(model, decoder, body.prompt_ids, completions, rows):
+        for group, logits, drawn in _logits(model, decoder, body.prompt_ids, completions, rows, lora):
             ids = torch.tensor([t for i in group for t in completions[i]])
-            computed = intervals(logits, ids, temperature, top_p, tolerance.mass).split([len(completions[i]) for i in group])
+            with torch.inference_mode():  # the pass's logits are inference tensors, written in place here
+                computed = intervals(logits, ids, temperature, top_p, tolerance.mass, True, drawn).split([len(completions[i]) for i in group])
             draws.update((picked[i], d) for i, d in zip(group, computed, strict=True))
         out.append(verdict(body, draws, seed, set(eos_ids), tolerance))
     return out
 
 
 def _logits(
-    model: Any, decoder: Decoder | None, prompt: Sequence[int], completions: Sequence[Sequence[int]], rows: int
-) -> Iterator[tuple[list[int], torch.Tensor]]:
-    """``teacher_forced.chunk_logits`` where the decoder runs ``model`` and there is a prompt; else
-    the model's own forward, all at once."""
+    model: Any,
+    decoder: Decoder | None,
+    prompt: Sequence[int],
+    completions: Sequence[Sequence[int]],
+    rows: int,
+    lora: Sequence[LayerTerms] | None = None,
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor | None]]:
+    """``teacher_forced.chunk_logits`` where the decoder runs ``model`` and there is a prompt (with
+    ``lora``, the LoRA terms on its packed base maps); else the model's own forward, all at once."""
     if decoder is not None and prompt:  # the verdicts read them on the CPU, whatever device ran the pass
-        for group, logits in chunk_logits(decoder, prompt, completions):
-            yield group, logits.cpu()
+        for group, logits, drawn in chunk_logits(decoder, prompt, completions, lora=lora):
+            yield group, logits.cpu(), drawn
         return
     if not prompt:  # nothing to share: a plain teacher-forced pass
         each = forward_logits(model, [((), c) for c in completions])
     else:
         each = [x for i in range(0, len(completions), rows) for x in shared_prompt_logits(model, prompt, completions[i : i + rows])]
-    yield list(range(len(completions))), torch.cat(each)
+    yield list(range(len(completions))), torch.cat(each), None  # a row per token
 
 
 def verdict(body: TokenRollout, draws: dict[int, Draws], seed: ActSeed, eos: set[int], tolerance: Tolerance) -> Verdict:
