@@ -53,19 +53,32 @@ class Chain:
     def bulk(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]], batch: int = 40, gas: int = 600_000) -> list[int]:
         """Many transactions, ``batch`` to a block (one py-evm ``mine_all`` each: a thousand
         voters' reports in a minute, not ten): (who, function, args) each; the gas each used.
-        Raises on the first that failed."""
+        Raises on the first that failed. The calldata is the ABI encoding ``encode_abi`` gives,
+        from a selector and argument types looked up once per function, and each sender's nonce
+        is read once, from the chain's state (web3's lookups were a fifth of a 1,000-voter test)."""
         import os
+
+        from eth_abi import encode
+        from eth_utils import function_abi_to_4byte_selector, to_canonical_address
 
         chain = self.w3.provider.ethereum_tester.backend.chain
         chain_id = self.w3.eth.chain_id
+        functions = {f["name"]: f for f in self.contract.abi if f.get("type") == "function"}
+        heads: dict[str, tuple[bytes, list[str]]] = {}
         nonces: dict[int, int] = {}
         used: list[int] = []
         for start in range(0, len(calls), batch):
             signed = []
+            state = chain.get_vm().state
             for who, name, args in calls[start : start + batch]:
-                nonce = nonces.get(who, self.w3.eth.get_transaction_count(self.acct(who)))
+                if name not in heads:
+                    heads[name] = (function_abi_to_4byte_selector(functions[name]), [i["type"] for i in functions[name]["inputs"]])
+                selector, types = heads[name]
+                if who not in nonces:
+                    nonces[who] = state.get_nonce(to_canonical_address(self.acct(who)))
+                nonce = nonces[who]
                 nonces[who] = nonce + 1
-                tx = {"to": self.address, "data": self.contract.encode_abi(name, list(args)), "gas": gas, "nonce": nonce,
+                tx = {"to": self.address, "data": "0x" + (selector + encode(types, list(args))).hex(), "gas": gas, "nonce": nonce,
                       "chainId": chain_id, "maxFeePerGas": 10**10, "maxPriorityFeePerGas": 1}  # fmt: skip
                 raw = self.clients[who].account.sign_transaction(tx).raw_transaction
                 signed.append(chain.get_vm().get_transaction_builder().decode(bytes(raw)))
