@@ -14,8 +14,11 @@ three honest peers alone reach 0.6-0.9 in 8 rounds. The eval is exact (the expec
 reward on 32 held-out prompts). Arms, each searched on its own:
 
 - ``now``: the learner as it is (swarm claims unread, swarm groups against the own group, a swarm
-  token weighing min(1, n * the receiver's own probability of it), the swarm copies of one
-  prefix-and-token edge, from every sender, sharing that budget: ``lm/swarm_budget.py``);
+  token weighing min(1, n * the receiver's own probability of the path up to it), the swarm
+  copies of one prefix-and-token edge, from every sender, sharing that budget:
+  ``lm/swarm_budget.py``; swarm bodies with an EOS before a completion's end left out);
+- ``edge``: the rule before the path budget (an edge's budget n * p, p the receiver's probability
+  of the token after its prefix, however unlikely the prefix);
 - ``per-copy``: the rule before the edge budget (every copy weighing min(1, n * p) by itself);
 - ``control``: every peer learns by the rules before issue 42.3 (claims read with the own
   tokens' cap, each group normalised by itself): shows what the search finds where claims and
@@ -29,6 +32,9 @@ known plans built on it, late starts (when the decoy has grown likely) among the
 ``--sybils K``: a known plan (``--sybil-plan``, by default the worst against ``per-copy``) sent
 from 1 to K flooder ids (tails of their own, so no body copies another's), on every seed set, per
 arm (no search).
+``--review``: a hostile review's plans outside the roles (tails of blank tokens after the decoy,
+then the zero-reward digit; from 1 id and from 3 ids with tails of their own or identical), each
+id's completions given as token ids, on every seed set, per arm (no search).
 ``--adapters``: every peer is a LoRA adapter on the shared base, so it commits to its adapter and
 receivers spot-check its bodies against it (a picked completion is then a forgery, and a proof).
 
@@ -45,19 +51,56 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from common import machine  # noqa: E402
 from flood_search import Result, Space, report, search  # noqa: E402
 
+from genrl_swarm.core import StageInput, TokenRollout, TokenSample  # noqa: E402
+from genrl_swarm.paradigms.lm.learner import Batch, GRPOLearner  # noqa: E402
+from genrl_swarm.paradigms.lm.policy import LMPolicy  # noqa: E402
+from genrl_swarm.paradigms.lm.prefix import Chunk  # noqa: E402
+
 from helpers import grpo_swarm  # noqa: E402
 from helpers.grpo_flood import AWARE_ROLES, Completion, GRPOFloodPlan, GRPOFloodPolicy, Role, mutate, random_plan, shape  # noqa: E402
 from helpers.grpo_swarm import MAX_NEW_TOKENS as LONG  # noqa: E402
 from helpers.grpo_swarm import Rules  # noqa: E402
+
+
+class EdgeLearner(GRPOLearner):
+    """The rule before the path budget: an edge's budget is n * p, p the receiver's probability of
+    the token after its prefix (not of the path), shared by the copies through it; swarm bodies
+    with an EOS inside trained on like any other."""
+
+    def swarm_share(self, draws: float, unit: Batch | Chunk, prox: Any) -> Any:
+        return draws if unit.copies is None else draws / unit.copies
+
+    def select(self, state: Any, rewards: Any) -> Any:
+        from genrl_swarm.paradigms.lm.selection import sapo_select
+
+        usable = [s for s in rewards.scored if isinstance(s.rollout.body, TokenRollout)]
+        own = [s for s in usable if s.rollout.peer_id == state.peer_id]
+        swarm = [s for s in usable if s.rollout.peer_id != state.peer_id]
+        return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender)
+
+
+class PerCopyLearner(EdgeLearner):
+    """The rule before the edge budget: every swarm copy of a token weighs min(1, n * p) by itself."""
+
+    def budget(self, samples: Any) -> Any:
+        return list(samples)
+
+
+#: The arms the benchmarks play besides tests/helpers/grpo_swarm's (whose ``per-copy`` reads the
+#: path budget now): registered there so ``grpo_swarm.run`` builds them.
+grpo_swarm.LEARNERS.update({"edge": EdgeLearner, "per-copy": PerCopyLearner})
 
 
 def _many(n: int, first: str, filler: str, length: int, claim: float) -> tuple[Completion, ...]:
@@ -129,6 +172,73 @@ SYBILS = (
 AWARE_SPACE = Space(KNOWN + AWARE, lambda rng: random_plan(rng, AWARE_ROLES), lambda plan, rng: mutate(plan, rng, AWARE_ROLES), shape)
 
 
+#: Token ids of the tiny vocabulary that decode to blank: '\n', ' ', '\t', '\x0c' and <|im_start|>.
+NEWLINE, BLANK, TAB, FORM_FEED, IM_START = 201, 223, 200, 204, 1
+ReviewPlan = tuple[tuple[int | str, ...], ...]  # one id's completions, by role letter (T, D, Z, R, E) or token id
+_ONE: ReviewPlan = (("D", "Z", "Z", "Z", "Z", "Z"), ("D", NEWLINE, "Z"), ("D", BLANK, "Z"), ("Z",))
+#: A hostile review's plans (docs/trust.md): the decoy with tails of blank tokens, then the
+#: zero-reward digit, which the receiver finds likely after a blank however unlikely the blank;
+#: per plan one tuple per flooder id, and the ``num_external`` it was measured with (24: room for
+#: every group, so the selection's slots play no part).
+REVIEW: dict[str, tuple[tuple[ReviewPlan, ...], int]] = {
+    "blank tails, 1 id": ((_ONE,), 24),
+    "blank tails, 3 ids with tails of their own": (
+        (
+            _ONE,
+            (("D", TAB, "Z"), ("D", FORM_FEED, "Z"), ("D", IM_START, "Z"), ("Z",)),
+            (("D", NEWLINE, NEWLINE, "Z"), ("D", BLANK, BLANK, "Z"), ("D", NEWLINE, BLANK, "Z"), ("Z",)),
+        ),
+        24,
+    ),
+    "blank tails, 3 ids identical": ((_ONE,) * 3, 24),
+    "blank then digits, 1 id": (
+        ((("D", NEWLINE, "Z", "Z", "Z", "Z"), ("D", BLANK, "Z", "Z", "Z", "Z"), ("D", TAB, "Z", "Z", "Z", "Z"), ("Z",)),),
+        12,
+    ),
+}
+REVIEW["blank tails, 3 ids with tails of their own, 12 external groups"] = (REVIEW["blank tails, 3 ids with tails of their own"][0], 12)
+
+
+class ReviewFlooder(LMPolicy):
+    """Sends the same completions (``plan``, as token ids) for every task of every round."""
+
+    def __init__(self, *args: Any, roles: grpo_swarm.Tokens, plan: ReviewPlan, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        named = {"T": roles.target, "D": roles.decoy, "Z": roles.zero, "R": roles.rare, "E": roles.eos}
+        self.completions = tuple(tuple(named[t] if isinstance(t, str) else t for t in c) for c in plan)
+
+    def rollouts(self, inputs: Sequence[StageInput], greedy: bool = False) -> list[TokenRollout]:
+        honest = super().rollouts(inputs, greedy)
+        if greedy or self.act_seed is None:
+            return honest
+        samples = tuple(TokenSample(c, (-30.0,) * len(c), "length") for c in self.completions)
+        return [msgspec.structs.replace(body, samples=samples) for body in honest]
+
+
+def review_eval(seed: int, name: str, rules: Rules) -> float:
+    """The three honest peers' mean final eval with the review's plan ``name`` played."""
+    plans, external = REVIEW[name]
+    roles = grpo_swarm.tokens(seed)
+    flooders = [grpo_swarm.policy(seed, 3 + i, ReviewFlooder, roles=roles, plan=p) for i, p in enumerate(plans)]
+    saved, grpo_swarm.GRPO = grpo_swarm.GRPO, replace(grpo_swarm.GRPO, num_external=external)
+    try:
+        return grpo_swarm.honest_eval(seed, flooders, rules)
+    finally:
+        grpo_swarm.GRPO = saved
+
+
+def review(arms: list[Rules], seeds: int) -> None:
+    """Every ``REVIEW`` plan against every arm, on every seed set (the honest peers alone have room
+    for every group at 12 external groups already: 2 honest senders x 4 tasks)."""
+    for name in arms:
+        base = [grpo_swarm.alone(s, name) for s in range(seeds)]
+        print(f"[{name}] without a flooder: honest final eval {statistics.mean(base):.3f} ± {statistics.stdev(base):.3f}", flush=True)
+        for plan in REVIEW:
+            values = [1 - review_eval(s, plan, name) / b for s, b in enumerate(base)]
+            print(f"[{name}] {plan} (num_external {REVIEW[plan][1]}): {statistics.mean(values):+.1%} ± {statistics.stdev(values):.1%} "
+                  f"(per seed set: {', '.join(f'{d:+.1%}' for d in values)}); load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+
+
 def honest_eval(seed: int, plan: GRPOFloodPlan | tuple[GRPOFloodPlan, ...] | None, rules: Rules) -> float:
     """The three honest peers' mean final eval with a flooder playing ``plan`` (None: alone; a
     tuple: one flooder id per plan)."""
@@ -168,13 +278,14 @@ def retail(plan: GRPOFloodPlan, i: int) -> GRPOFloodPlan:
                                            for c in plan.completions))  # fmt: skip
 
 
-def sybils(arms: list[Rules], ids: int, seeds: int, known: int) -> None:
-    """``KNOWN[known]`` from k = 1..``ids`` flooder ids against every arm (``SYBILS`` for the
-    review's plan, ``retail`` for the others)."""
+def sybils(arms: list[Rules], ids: int, seeds: int, known: int, only: Sequence[int] = ()) -> None:
+    """``KNOWN[known]`` from k = 1..``ids`` flooder ids (or only the counts in ``only``) against
+    every arm (``SYBILS`` for the review's plan, ``retail`` for the others)."""
     plans = SYBILS if known == 6 else tuple(retail(KNOWN[known], i) for i in range(ids))
     for name in arms:
         for k in range(1, ids + 1):
-            print(f"[{name}] {plans[0].describe()} from {k} flooder id(s): {drops(plans[:k], name, seeds)}", flush=True)
+            if k in only or not only:
+                print(f"[{name}] {plans[0].describe()} from {k} flooder id(s): {drops(plans[:k], name, seeds)}", flush=True)
 
 
 def main() -> None:
@@ -188,9 +299,11 @@ def main() -> None:
     p.add_argument("--search-seed", type=int, default=0)
     p.add_argument("--adapters", action="store_true", help="adapter peers on a shared base: their bodies are spot-checked")
     p.add_argument("--spot-checks", type=int, default=1, help="with --adapters: bodies per sender and stage each receiver checks")
-    p.add_argument("--arms", nargs="+", choices=["now", "per-copy", "control", "equal-weight"], default=["now", "control"])
+    p.add_argument("--arms", nargs="+", choices=["now", "edge", "per-copy", "control", "equal-weight"], default=["now", "control"])
     p.add_argument("--sybils", type=int, default=0, help="only play a known plan from 1..K flooder ids against each arm")
     p.add_argument("--sybil-plan", type=int, default=6, help="with --sybils: the index of that plan in KNOWN")
+    p.add_argument("--sybil-counts", type=int, nargs="*", default=[], help="with --sybils: only these numbers of ids")
+    p.add_argument("--review", action="store_true", help="only play the hostile review's token-id plans (REVIEW) against each arm")
     p.add_argument("--aware", action="store_true", help="the plan space of an attacker aware of the bound (role likely)")
     args = p.parse_args()
     if args.adapters:
@@ -201,7 +314,10 @@ def main() -> None:
           f" | plan space: {'aware of the bound' if args.aware else 'base'}")  # fmt: skip
     print(f"untrained eval: {statistics.mean(grpo_swarm.untrained(s) for s in range(args.seeds)):.3f}")
     if args.sybils:
-        sybils(args.arms, args.sybils, args.seeds, args.sybil_plan)
+        sybils(args.arms, args.sybils, args.seeds, args.sybil_plan, args.sybil_counts)
+        args.arms = []
+    if args.review:
+        review(args.arms, args.seeds)
         args.arms = []
     results: dict[Rules, Result[GRPOFloodPlan]] = {}
     for name in args.arms:  # type: Rules

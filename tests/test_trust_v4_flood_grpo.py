@@ -11,8 +11,9 @@ under the rule before (every swarm token weighing 1, ``equal-weight``) the same 
 The swarm copies of one prefix-and-token edge, every sender's together, share that budget
 (``lm/swarm_budget.py``): a decoy sent three times with different tails, which weighed three times
 under the bound per copy (the longest search's worst then, 17.2% over 8 seed sets), now weighs
-what the receiver's own draws would. What the budget leaves, marked xfail(strict) so a fix is
-noticed: one decoy a task, which weighs what an own draw would, every round (the worst found).
+what the receiver's own draws would. And p is the receiver's probability of the whole path up to
+the token, not of the token after its prefix: the worst found against the edge budget (one decoy
+a task, its tails weighing up to 1 each: 10.9%) costs 2.0% with it.
 """
 
 from __future__ import annotations
@@ -70,18 +71,18 @@ def test_distinct_decoys_cost_at_most_a_tenth_of_honest_eval() -> None:
     """The goal as the benchmark states it: the mean relative drop over 8 seed sets (one seed set
     is too noisy for it: per seed set -4.5% to 22.7% now, 1.1% to 36.8% under the bound per copy)."""
     drops = [1 - honest_eval(seed, distinct_decoys(), rules="now") / grpo_swarm.alone(seed) for seed in range(8)]
-    assert statistics.mean(drops) <= 0.10, drops  # measured 7.5%; 17.2% with each copy weighing min(1, n p) by itself
+    assert statistics.mean(drops) <= 0.10, drops  # measured 1.8%; 7.5% under the edge budget, 17.2% with each copy weighing min(1, n p) by itself
 
 
 def one_decoy_a_task() -> GRPOFloodPlan:
     """The worst found against the edge budget (10.8% ± 8.6% over 8 seed sets, a search aware of
     it): one decoy, a zero-reward digit then decoys, a rare token then the flooder's likeliest
-    tokens, every task: no copies to share, the push one decoy a task gets every round."""
+    tokens, every task: no copies to share, and tails each weighing what the receiver's p of a
+    token after its prefix gave it; under the path budget 2.0% ± 12.4%."""
     return GRPOFloodPlan((Completion("decoy", "zero", LONG, -30.0), Completion("zero", "decoy", 5, -10.0), Completion("rare", "likely", 5, 0.0)))
 
 
 @pytest.mark.slow  # 8 more GRPO games (the honest peers alone are cached)
-@pytest.mark.xfail(strict=True, reason="one decoy a task still weighs what an own draw would, every round (docs/trust.md)")
 def test_the_worst_flood_found_costs_at_most_a_tenth_of_honest_eval() -> None:
     drops = [1 - honest_eval(seed, one_decoy_a_task(), rules="now") / grpo_swarm.alone(seed) for seed in range(8)]
-    assert statistics.mean(drops) <= 0.10, drops  # measured 10.9% (10.8% with the search's claim -9.67: the flooder reads its own)
+    assert statistics.mean(drops) <= 0.10, drops  # measured 2.0%; 10.9% under the edge budget (a strict xfail then)

@@ -32,13 +32,13 @@ from typing import Any
 import torch
 
 from genrl_swarm.core import GameState, Learner, RoundRewards, ScoredRollout, TokenRollout, Weights
-from genrl_swarm.paradigms.lm.grpo_loss import Aggregation, OffPolicy, Scale, grpo_loss
+from genrl_swarm.paradigms.lm.grpo_loss import Aggregation, Draws, OffPolicy, Scale, grpo_loss
 from genrl_swarm.paradigms.lm.policy import DEFAULT_SYSTEM_PROMPT, LMPolicy
 from genrl_swarm.paradigms.lm.precision import Precision, autocast, compute_dtype
 from genrl_swarm.paradigms.lm.prefix import Chunk, Chunking, PrefixBatch, SharedPrefixForward, group_by_prompt
 from genrl_swarm.paradigms.lm.selection import sapo_select
 from genrl_swarm.paradigms.lm.swarm_baseline import advantages
-from genrl_swarm.paradigms.lm.swarm_budget import copies_of, edge_copies
+from genrl_swarm.paradigms.lm.swarm_budget import copies_of, edge_copies, eos_inside, path_draws
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
 
@@ -63,10 +63,11 @@ class GRPOConfig:
     max_external_per_sender: int = 0  # cap on one sender's rollouts in one update (0: only the round-robin's fair share)
     off_policy: OffPolicy = "tis"  # correction for rollouts sampled by another policy
     is_cap: float = 2.0  # importance-weight truncation (tis) / masking threshold (decoupled)
-    # A swarm token weighs min(1, n * this peer's probability of it) (``swarm_draws``), the swarm copies
-    # of one prefix sharing that budget (``swarm_budget``): bounds a flooder's picks, from any number of
-    # ids (issue 42). False: 1, as an own token; measured to keep SmolLM2 specialists' sharing gain
-    # that the bound per copy took (bench_sharing, 2 seeds: +0.052 without, 0.000 with; docs/trust.md).
+    # A swarm token weighs min(1, n * this peer's probability of the path up to it) (``swarm_draws``),
+    # the swarm copies of one prefix sharing that budget (``swarm_budget``): bounds a flooder's picks,
+    # from any number of ids, with any tails (issue 42). False: 1, as an own token; measured to keep
+    # SmolLM2 specialists' sharing gain that the bound per copy took (bench_sharing, 2 seeds: +0.052
+    # without, 0.000 with; docs/trust.md).
     swarm_weight_bound: bool = True
     # Speed levers (same gradients up to float rounding; see the module docstring).
     shared_prefix: bool = True  # forward/backward each group's prompt once, not once per completion
@@ -186,10 +187,16 @@ class GRPOLearner(Learner):
     # ------------------------------------------------------------------ data
     def select(self, state: GameState, rewards: RoundRewards) -> list[ScoredRollout]:
         """SAPO: ``num_local`` own rollouts and ``num_external`` informative ones from the swarm,
-        senders taking turns (``paradigms.lm.selection``)."""
+        senders taking turns (``paradigms.lm.selection``). A swarm body with an end-of-sequence id
+        before a completion's last token is not one this peer's sampler could draw (it stops
+        there): it is left out (``swarm_budget.eos_inside``)."""
         usable = [s for s in rewards.scored if isinstance(s.rollout.body, TokenRollout)]
         own = [s for s in usable if s.rollout.peer_id == state.peer_id]
-        swarm = [s for s in usable if s.rollout.peer_id != state.peer_id]
+        eos = self.policy.eos_ids
+        swarm = [
+            s for s in usable
+            if s.rollout.peer_id != state.peer_id and eos_inside((x.completion_ids for x in s.rollout.body.samples), eos) is None
+        ]  # fmt: skip
         return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender)
 
     def samples(self, state: GameState, chosen: Sequence[ScoredRollout]) -> list[Sample]:
@@ -245,6 +252,12 @@ class GRPOLearner(Learner):
         count as if this peer had sampled it."""
         return float(self.policy.sampling.num_generations)
 
+    def swarm_share(self, draws: float, unit: Batch | Chunk, prox: torch.Tensor) -> Draws:
+        """Per token, the n of a swarm token's weight min(1, n * p): ``draws`` times this peer's own
+        probability of the prefix before it (``prox``), shared by the copies through its edge, so
+        the token weighs min(1, n * P(path) / copies) (``swarm_budget.path_draws``)."""
+        return path_draws(draws, prox, unit.completion_mask, unit.copies)
+
     def compute_dtype(self) -> torch.dtype:
         """The forward/backward matmul precision (parameters and optimiser stay float32)."""
         device_type = torch.device(self.device).type
@@ -295,7 +308,7 @@ class GRPOLearner(Learner):
                 eps_low=self.cfg.epsilon_low, eps_high=self.cfg.epsilon_high, beta=self.cfg.beta, ref_logp=unit.ref_logp,
                 aggregation=self.cfg.loss_aggregation, total_tokens=total_tokens, total_sequences=float(len(samples)),
                 behaviour_logp=unit.behaviour_logp, off_policy=self.cfg.off_policy, is_cap=self.cfg.is_cap,
-                swarm=unit.swarm, swarm_draws=draws if unit.copies is None else draws / unit.copies,
+                swarm=unit.swarm, swarm_draws=self.swarm_share(draws, unit, prox),
             )  # fmt: skip
             acc["loss"] += float(loss.detach())
             for k in sums:
