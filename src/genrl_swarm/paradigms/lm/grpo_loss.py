@@ -24,10 +24,11 @@ own n weighs what an own on-policy token weighs; one it finds unlikely weighs wh
 expectation, n * pi_prox. That bounds what a sender picking completions can do with tokens the
 receiver would rarely draw itself (selective reporting: only good-but-not-best completions, never
 the best, each counted as if this peer had sampled it), as the bandit's learner weighs observed
-arms by its own policy (``games/bandit/gradient.py``). The swarm copies of one prefix-and-token
-edge, from every sender together, share one such budget, min(copies, n * pi_prox)
-(``swarm_budget``: the per-token ``draws`` is n / copies), so neither repeating an answer with
-other tails nor sending it from more ids makes it weigh more. With nucleus
+arms by its own policy (``games/bandit/gradient.py``). Per token, n is replaced by n times this
+peer's own probability of the prefix before it, divided by the swarm copies through that prefix
+and token from every sender together (``swarm_budget.path_draws``): a path weighs at most
+n * P(path), so no repeat, tail, other token sequence or extra id makes an answer weigh more
+than this peer's own n draws would give it in expectation. With nucleus
 sampling (top_p < 1) mu is the renormalised nucleus while pi_prox is the full tempered softmax,
 so even on-policy weights sit below 1 (by the kept mass): the right weight for learning the
 untruncated policy from truncated samples.
@@ -102,8 +103,8 @@ def behaviour_of(
     rows another peer sent, whose claims are not read, max(log pi_prox, -log ``draws``)
     (detached), so their weight pi_prox/mu is min(1, draws * pi_prox). ``draws``: the completions
     this peer samples per prompt (inf: every swarm token weighs 1, the rule before the bound), or
-    per token ([B, T]) that divided by the swarm copies through the token's edge, so the copies
-    share one edge's budget (``swarm_budget``)."""
+    per token ([B, T]): n times the prefix's own probability, shared by its copies
+    (``swarm_budget.path_draws``)."""
     if swarm is None:
         return behaviour_logp
     floor = -torch.log(draws) if isinstance(draws, torch.Tensor) else torch.tensor(-math.log(draws))
@@ -167,7 +168,7 @@ def grpo_loss(
     then sequences (GRPO). Stats are means over this micro-batch's tokens (``tokens`` of them);
     the importance-weight stats describe the raw weight pi_prox/mu, whatever the mode.
     ``swarm`` ([B], 1 for rows other peers sent): their claims are not read; their tokens weigh
-    min(1, ``swarm_draws`` * pi_prox) (``behaviour_of``; per token: the edge's share, ``swarm_budget``).
+    min(1, ``swarm_draws`` * pi_prox) (``behaviour_of``; per token: the path's share, ``swarm_budget``).
     """
     objective, clipped = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high)
     mask = mask.to(objective.dtype)
