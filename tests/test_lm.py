@@ -169,6 +169,11 @@ def test_check_refuses_foreign_or_forged_bodies(policy: LMPolicy) -> None:
     assert policy.check(forge(body, samples=(s, long)), inp) == Refusal("sample 1 has 7 tokens, more than this peer's max_new_tokens 6", local=True)
     assert policy.check(forge(body, samples=(TokenSample((1,) * 6, (-1.0,) * 6, "length"),)), inp) is None  # at the limit
     assert policy.check(forge(body, samples=(s, TokenSample((), (), "length"))), inp) == "sample 1 is an empty completion"
+    # a tail past the EOS, which no sampler writes: refused, and counted (every honest peer with this tokenizer agrees)
+    eos = policy.tokenizer.eos_token_id
+    past = TokenSample((5, eos, 6), (-1.0,) * 3, "length")
+    assert policy.check(forge(body, samples=(s, past)), inp) == "sample 1 goes on past the tokenizer's EOS, where every sampler stops"
+    assert policy.check(forge(body, samples=(TokenSample((5, 6, eos), (-1.0,) * 3, "stop"),)), inp) is None  # ending on it is how a sample stops
     many = body.samples * 2
     assert policy.check(forge(body, samples=many), inp) == Refusal("6 samples, more than this peer's num_generations 3", local=True)
     assert policy.check(forge(body, samples=body.samples[:1]), inp) is None  # fewer samples are fine

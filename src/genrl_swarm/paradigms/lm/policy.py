@@ -327,10 +327,12 @@ class LMPolicy(Policy):
             return Refusal(f"prompt_ids differ from the {len(own)} ids this peer builds for task {input.task_id}", local=True)
         if len(body.samples) > self.sampling.num_generations:  # a budget: more samples, more scoring and training
             return Refusal(f"{len(body.samples)} samples, more than this peer's num_generations {self.sampling.num_generations}", local=True)
-        limit = self.sampling.max_new_tokens
+        limit, eos = self.sampling.max_new_tokens, self.tokenizer.eos_token_id
         for k, s in enumerate(body.samples):
             if not s.completion_ids:
                 return f"sample {k} is an empty completion"
+            if eos is not None and eos in s.completion_ids[:-1]:  # every sampler stops there; the fingerprint fixes the id
+                return f"sample {k} goes on past the tokenizer's EOS, where every sampler stops"
             if len(s.completion_ids) > limit:
                 return Refusal(f"sample {k} has {len(s.completion_ids)} tokens, more than this peer's max_new_tokens {limit}", local=True)
         top = max(max(body.prompt_ids, default=0), max(max(s.completion_ids) for s in body.samples))
