@@ -29,6 +29,7 @@ from genrl_swarm.core.interfaces import ExchangeResult
 from genrl_swarm.run.metrics import read_metrics
 
 from helpers import Echo, echo
+from helpers.cli_peer import QUIET, SwarmPeer
 
 pytest.importorskip("hivemind")
 from genrl_swarm.comm.codec import Commitment, encode_signed  # noqa: E402
@@ -724,50 +725,11 @@ def test_bootstrap_errors_say_what_to_do(tmp_path: Path) -> None:
             HivemindBackend(host_maddrs=[f"/ip4/127.0.0.1/tcp/{port}"])
 
 
-# startup_timeout: p2pd and the DHT start beside a CPU hog (and whatever else loads the machine);
-# these tests are about rounds and resume, not start-up speed.
-QUIET = ["run.tensorboard=false", "run.plot=false", "run.console=false", "communication.startup_timeout=120"]
-
-
-class Peer:
-    """A `genrl-swarm swarm` process (the launcher path end to end)."""
-
-    def __init__(self, tmp: Path, name: str, args: list[str], initial: str | None = None, identity: str | None = None) -> None:
-        self.out = tmp / f"{name}.out"
-        cmd = [sys.executable, "-m", "genrl_swarm.cli", "swarm", "--identity", str(tmp / f"{identity or name}.key"), *args]
-        if initial:
-            cmd[4:4] = ["--initial-peers", initial]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-        with self.out.open("w") as sink:
-            self.proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True, env=env)
-
-    def text(self) -> str:
-        return self.out.read_text() if self.out.exists() else ""
-
-    def maddr(self, deadline: float = 60) -> str:
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
-            for line in self.text().splitlines():
-                if "others join with: --initial-peers " in line:
-                    return line.rsplit(" ", 1)[1]
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"peer did not come up:\n{self.text()[-2000:]}")
-
-    def wait(self, timeout: float = 120) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise AssertionError(f"peer still running after {timeout:.0f}s:\n{self.text()[-3000:]}") from None
-
-
 def test_three_cli_peers_play_three_rounds_and_see_each_other(tmp_path: Path, cpu_hog: list[subprocess.Popen[bytes]]) -> None:
     args = ["--recipe", "bandit", f"run.dir={tmp_path / 'run'}", "game.max_rounds=3", "game.exchange_timeout=60",
             "communication.min_peers=3", *QUIET]  # fmt: skip
-    first = Peer(tmp_path, "a", args)
-    peers = [first, *(Peer(tmp_path, name, args, initial=first.maddr()) for name in ("b", "c"))]
+    first = SwarmPeer(tmp_path, "a", args)
+    peers = [first, *(SwarmPeer(tmp_path, name, args, initial=first.maddr()) for name in ("b", "c"))]
     assert all(p.wait() == 0 for p in peers), [p.text()[-1500:] for p in peers]
     assert all(h.poll() is None for h in cpu_hog)  # three peers as processes, with every core busy beside them
     ids = sorted(p.maddr().rsplit("/", 1)[1] for p in peers)
@@ -791,8 +753,8 @@ def test_killed_cli_peer_resumes_without_silent_gaps_or_lost_tally(tmp_path: Pat
     args = ["--recipe", "bandit", f"run.dir={run}", "game.max_rounds=16", "game.exchange_timeout=20", "game.mode=train",
             "run.checkpoint_every=1", "communication.min_peers=3", "communication.liveness_timeout=1.5",
             "policy._target_=helpers.dist.SlowPolicy", "+policy.delay=0.3", f"+policy.hold={hold}", *QUIET]  # fmt: skip
-    a = Peer(tmp_path, "a", args)
-    b, c = Peer(tmp_path, "b", args, initial=a.maddr()), Peer(tmp_path, "c", args, initial=a.maddr())
+    a = SwarmPeer(tmp_path, "a", args)
+    b, c = SwarmPeer(tmp_path, "b", args, initial=a.maddr()), SwarmPeer(tmp_path, "c", args, initial=a.maddr())
     c_id = c.maddr().rsplit("/", 1)[1]
     c_metrics, a_metrics = run / c_id / "metrics.jsonl", run / a.maddr().rsplit("/", 1)[1] / "metrics.jsonl"
     wait_until(lambda: c_metrics.is_file() and len(read_metrics(c_metrics)) >= 3, 90, "c to play 3 rounds")
@@ -807,7 +769,7 @@ def test_killed_cli_peer_resumes_without_silent_gaps_or_lost_tally(tmp_path: Pat
     wait_until(lambda: a_metrics.is_file() and len(read_metrics(a_metrics)) >= saved_round + 3, 300, "the others to play on without c")
     hold.touch()
     try:
-        again = Peer(tmp_path, "c2", ["--resume", *args], initial=a.maddr(), identity="c")
+        again = SwarmPeer(tmp_path, "c2", ["--resume", *args], initial=a.maddr(), identity="c")
         wait_until(lambda: "skipping rounds" in again.text() or again.proc.poll() is not None, 300, "c to rejoin")
     finally:
         hold.unlink()

@@ -51,6 +51,14 @@ class SwarmPeer:
     def peer_id(self) -> str:
         return self.maddr().rsplit("/", 1)[1]
 
+    def wait(self, timeout: float = 120) -> int:
+        """Its exit status once it ends by itself (killed after ``timeout``)."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"peer still running after {timeout:.0f}s:\n{self.text()[-3000:]}") from None
+
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM (if still running) and its exit status."""
         if self.proc.poll() is None:
