@@ -57,15 +57,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from common import machine  # noqa: E402
 from flood_search import Result, Space, report, search  # noqa: E402
 
-from genrl_swarm.core import StageInput, TokenRollout, TokenSample  # noqa: E402
+from genrl_swarm.core import TokenRollout  # noqa: E402
 from genrl_swarm.paradigms.lm.learner import Batch, GRPOLearner  # noqa: E402
-from genrl_swarm.paradigms.lm.policy import LMPolicy  # noqa: E402
 from genrl_swarm.paradigms.lm.prefix import Chunk  # noqa: E402
 
 from helpers import grpo_swarm  # noqa: E402
@@ -199,27 +196,17 @@ REVIEW: dict[str, tuple[tuple[ReviewPlan, ...], int]] = {
 REVIEW["blank tails, 3 ids with tails of their own, 12 external groups"] = (REVIEW["blank tails, 3 ids with tails of their own"][0], 12)
 
 
-class ReviewFlooder(LMPolicy):
-    """Sends the same completions (``plan``, as token ids) for every task of every round."""
-
-    def __init__(self, *args: Any, roles: grpo_swarm.Tokens, plan: ReviewPlan, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        named = {"T": roles.target, "D": roles.decoy, "Z": roles.zero, "R": roles.rare, "E": roles.eos}
-        self.completions = tuple(tuple(named[t] if isinstance(t, str) else t for t in c) for c in plan)
-
-    def rollouts(self, inputs: Sequence[StageInput], greedy: bool = False) -> list[TokenRollout]:
-        honest = super().rollouts(inputs, greedy)
-        if greedy or self.act_seed is None:
-            return honest
-        samples = tuple(TokenSample(c, (-30.0,) * len(c), "length") for c in self.completions)
-        return [msgspec.structs.replace(body, samples=samples) for body in honest]
+def review_completions(roles: grpo_swarm.Tokens, plan: ReviewPlan) -> tuple[tuple[int, ...], ...]:
+    """A review plan's completions as token ids (letters name the seed set's roles)."""
+    named = {"T": roles.target, "D": roles.decoy, "Z": roles.zero, "R": roles.rare, "E": roles.eos}
+    return tuple(tuple(named[t] if isinstance(t, str) else t for t in c) for c in plan)
 
 
 def review_eval(seed: int, name: str, rules: Rules) -> float:
     """The three honest peers' mean final eval with the review's plan ``name`` played."""
     plans, external = REVIEW[name]
     roles = grpo_swarm.tokens(seed)
-    flooders = [grpo_swarm.policy(seed, 3 + i, ReviewFlooder, roles=roles, plan=p) for i, p in enumerate(plans)]
+    flooders = [grpo_swarm.policy(seed, 3 + i, grpo_swarm.FixedFlooder, completions=review_completions(roles, p)) for i, p in enumerate(plans)]
     saved, grpo_swarm.GRPO = grpo_swarm.GRPO, replace(grpo_swarm.GRPO, num_external=external)
     try:
         return grpo_swarm.honest_eval(seed, flooders, rules)

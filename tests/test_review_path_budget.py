@@ -15,16 +15,11 @@ ids" does not hold for the selection; this test is the measurement, expected to 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
-from typing import Any
 
 import pytest
 
 pytest.importorskip("torch")
-import msgspec  # noqa: E402
 
-from genrl_swarm.core import StageInput, TokenRollout, TokenSample  # noqa: E402
-from genrl_swarm.paradigms.lm.policy import LMPolicy  # noqa: E402
 
 from helpers import grpo_swarm  # noqa: E402
 
@@ -32,26 +27,16 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 SYBILS, SEED_SETS = 9, range(8)
 
 
-class SybilFlooder(LMPolicy):
+def sybil_completions(roles: grpo_swarm.Tokens, index: int) -> tuple[tuple[int, ...], ...]:
     """One of the adversary's ids: a decoy then five id-specific filler tokens, and two zero-reward
     digits with id-specific tails, for every task (so no body copies another id's)."""
-
-    def __init__(self, *args: Any, roles: grpo_swarm.Tokens, index: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        tail = 300 + 7 * index  # non-digit ids of the tiny vocabulary, distinct per Sybil
-        self.completions = ((roles.decoy,) + (tail,) * 5, (roles.zero,) + (tail + 1,) * 5, (roles.zero, tail + 2))
-
-    def rollouts(self, inputs: Sequence[StageInput], greedy: bool = False) -> list[TokenRollout]:
-        honest = super().rollouts(inputs, greedy)
-        if greedy or self.act_seed is None:
-            return honest
-        samples = tuple(TokenSample(c, (-30.0,) * len(c), "length") for c in self.completions)
-        return [msgspec.structs.replace(body, samples=samples) for body in honest]
+    tail = 300 + 7 * index  # non-digit ids of the tiny vocabulary, distinct per Sybil
+    return ((roles.decoy,) + (tail,) * 5, (roles.zero,) + (tail + 1,) * 5, (roles.zero, tail + 2))
 
 
 def drop(seed: int) -> float:
     roles = grpo_swarm.tokens(seed)
-    flooders = [grpo_swarm.policy(seed, 3 + i, SybilFlooder, roles=roles, index=i) for i in range(SYBILS)]
+    flooders = [grpo_swarm.policy(seed, 3 + i, grpo_swarm.FixedFlooder, completions=sybil_completions(roles, i)) for i in range(SYBILS)]
     return 1 - grpo_swarm.honest_eval(seed, flooders, "now") / grpo_swarm.alone(seed, "now")
 
 

@@ -30,12 +30,25 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
+import msgspec
 import torch
 
 from genrl_swarm.comm.epoch import EPOCH_BYTES, Epoch
 from genrl_swarm.comm.memory import InMemoryBackend, InMemorySwarm
 from genrl_swarm.coord import LocalCoordinator
-from genrl_swarm.core import DataManager, GameConfig, GameManager, GameState, RewardManager, Rollout, ScoredRollout, StageInput, Task
+from genrl_swarm.core import (
+    DataManager,
+    GameConfig,
+    GameManager,
+    GameState,
+    RewardManager,
+    Rollout,
+    ScoredRollout,
+    StageInput,
+    Task,
+    TokenRollout,
+    TokenSample,
+)
 from genrl_swarm.core.trust import TrustConfig
 from genrl_swarm.paradigms.lm.learner import GRPOConfig, GRPOLearner, Sample
 from genrl_swarm.paradigms.lm.policy import LMPolicy
@@ -146,6 +159,22 @@ Rules = Literal["now", "per-copy", "control", "equal-weight"]
 LEARNERS: dict[str, type[GRPOLearner]] = {
     "now": GRPOLearner, "per-copy": PerCopyLearner, "control": ClaimsReadLearner, "equal-weight": EqualWeightLearner,
 }  # fmt: skip
+
+
+class FixedFlooder(LMPolicy):
+    """A flooder that sends the same ``completions`` (token ids) for every task of every round,
+    over its honest bodies' prompts: the shape the hostile reviews' plans take."""
+
+    def __init__(self, *args: object, completions: Sequence[Sequence[int]], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.completions = tuple(tuple(c) for c in completions)
+
+    def rollouts(self, inputs: Sequence[StageInput], greedy: bool = False) -> list[TokenRollout]:
+        honest = super().rollouts(inputs, greedy)
+        if greedy or self.act_seed is None:
+            return honest
+        samples = tuple(TokenSample(c, (-30.0,) * len(c), "length") for c in self.completions)
+        return [msgspec.structs.replace(body, samples=samples) for body in honest]
 
 
 def policy(seed: int, rank: int, cls: type[LMPolicy] = LMPolicy, **kwargs: object) -> LMPolicy:
