@@ -19,7 +19,7 @@ import statistics
 import pytest
 
 pytest.importorskip("torch")
-
+import torch  # noqa: E402, F401 - the GRPO swarm (helpers.grpo_swarm) trains with it
 
 from helpers import grpo_swarm  # noqa: E402
 
