@@ -39,6 +39,7 @@ from genrl_swarm.paradigms.lm.prefix import Chunk, Chunking, PrefixBatch, Shared
 from genrl_swarm.paradigms.lm.selection import sapo_select
 from genrl_swarm.paradigms.lm.swarm_baseline import advantages
 from genrl_swarm.paradigms.lm.swarm_budget import copies_of, edge_copies, eos_inside, path_draws
+from genrl_swarm.paradigms.lm.swarm_value import best, gains
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
 
@@ -187,9 +188,10 @@ class GRPOLearner(Learner):
     # ------------------------------------------------------------------ data
     def select(self, state: GameState, rewards: RoundRewards) -> list[ScoredRollout]:
         """SAPO: ``num_local`` own rollouts and ``num_external`` informative ones from the swarm,
-        senders taking turns (``paradigms.lm.selection``). A swarm body with an end-of-sequence id
-        before a completion's last token is not one this peer's sampler could draw (it stops
-        there): it is left out (``swarm_budget.eos_inside``)."""
+        the most valuable to this peer first (``swarm_value``), senders taking turns among equals
+        (``paradigms.lm.selection``). A swarm body with an end-of-sequence id before a completion's
+        last token is not one this peer's sampler could draw (it stops there): it is left out
+        (``swarm_budget.eos_inside``)."""
         usable = [s for s in rewards.scored if isinstance(s.rollout.body, TokenRollout)]
         own = [s for s in usable if s.rollout.peer_id == state.peer_id]
         eos = self.policy.eos_ids
@@ -197,7 +199,36 @@ class GRPOLearner(Learner):
             s for s in usable
             if s.rollout.peer_id != state.peer_id and eos_inside((x.completion_ids for x in s.rollout.body.samples), eos) is None
         ]  # fmt: skip
-        return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender)
+        value = lambda groups: self.swarm_values(groups, own)  # noqa: E731
+        return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender, value=value)
+
+    def swarm_values(self, candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollout]) -> list[float]:
+        """Per competing swarm group, what it can teach this peer: the gain of its best completion
+        over this peer's own rewards times this peer's per-token probability of it (``swarm_value``)."""
+        gain = gains(candidates, own)
+        rows = [i for i, g in enumerate(gain) if g > 0 and candidates[i].rollout.body.samples[best(candidates[i])].completion_ids]
+        values = [0.0] * len(candidates)
+        for i, close in zip(rows, self.closeness([candidates[i] for i in rows])):
+            values[i] = gain[i] * close
+        return values
+
+    @torch.no_grad()
+    def closeness(self, groups: Sequence[ScoredRollout]) -> list[float]:
+        """Per group, this peer's geometric-mean per-token probability of its best completion (at
+        the sampling temperature), in micro-batches of ``micro_batch_size``."""
+        rows = []
+        for g in groups:
+            body: TokenRollout = g.rollout.body
+            ids = body.samples[best(g)].completion_ids
+            rows.append(Sample(body.prompt_ids, ids, (0.0,) * len(ids), 0.0))
+        dtype, size, out = self.compute_dtype(), self.cfg.micro_batch_size, []
+        for start in range(0, len(rows), size):
+            batch = self.collate(rows[start : start + size])
+            with autocast(dtype, torch.device(self.device).type):
+                logp = self.token_logps(self.model, batch).float()
+            mask = batch.completion_mask
+            out += torch.exp((logp * mask).sum(1) / mask.sum(1)).tolist()
+        return out
 
     def samples(self, state: GameState, chosen: Sequence[ScoredRollout]) -> list[Sample]:
         """(prompt ids, completion ids, behaviour log-probs, advantage) per completion, exactly

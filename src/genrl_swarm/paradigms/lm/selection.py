@@ -2,13 +2,18 @@
 
 A group whose rewards are all equal has zero advantage and trains nothing; drawing the external
 share uniformly and dropping such groups afterwards (as a uniform draw does) wastes the share on
-questions the swarm found all-easy or all-hard. SAPO filters first, then draws. The draw goes
-round-robin over senders in a random order, so one sender gets at most its fair share
-(``ceil(num_external / senders)``) while others have informative groups left: a flooder sending
-many groups cannot fill the external share. ``max_per_sender`` (``grpo.max_external_per_sender``)
-caps a sender's groups in one update outright, even when no other sender has groups left.
-What "informative" means is the learner's: a GRPO group carries its rewards, an agent episode
-teaches only through its task group (``teaches``); the draw is the same.
+questions the swarm found all-easy or all-hard. SAPO filters first, then draws.
+
+When more groups teach than ``num_external`` has room for, they are ranked by ``value``: the
+receiver's own valuation (``lm/swarm_value.py``), which a sender moves only by what it sends, never
+by how many ids it sends it from. Senders take turns in a random order only among groups of equal
+value (and for every group when no ``value`` is given): a flooder's many groups of one value get
+at most a fair share (``ceil(num_external / senders)``) of that value's room. A fair share per
+sender *id* alone is not enough: k ids of one adversary take k shares (issue 42's hostile review:
+9 ids took 13.9% of honest evaluation through the turns alone). ``max_per_sender``
+(``grpo.max_external_per_sender``) caps a sender's groups in one update outright, keeping its most
+valuable. What "informative" means is the learner's: a GRPO group carries its rewards, an agent
+episode teaches only through its task group (``teaches``); the draw is the same.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from collections.abc import Callable, Sequence
 
 from genrl_swarm.core.types import ScoredRollout
 
+#: The receiver's value of each candidate group (higher first), computed only when they compete.
+Value = Callable[[Sequence[ScoredRollout]], Sequence[float]]
+
 
 def informative(group: ScoredRollout) -> bool:
     """Rewards that differ: the group has an advantage to learn from."""
@@ -27,22 +35,22 @@ def informative(group: ScoredRollout) -> bool:
 
 def draw_external(
     swarm: Sequence[ScoredRollout], num_external: int, rng: random.Random, max_per_sender: int = 0,
-    teaches: Callable[[ScoredRollout], bool] = informative,
+    teaches: Callable[[ScoredRollout], bool] = informative, value: Value | None = None,
 ) -> list[ScoredRollout]:  # fmt: skip
-    """Up to ``num_external`` swarm groups that ``teaches`` accepts, senders taking turns in a
-    random order, at most ``max_per_sender`` from one sender (0: no cap but the turns)."""
-    by_sender: dict[str, list[ScoredRollout]] = defaultdict(list)
-    for group in swarm:
-        if teaches(group):
-            by_sender[group.rollout.peer_id].append(group)
-    queues = [rng.sample(groups, len(groups))[: max_per_sender or None] for _, groups in sorted(by_sender.items())]
+    """Up to ``num_external`` swarm groups that ``teaches`` accepts, the most valuable first,
+    senders taking turns in a random order among equal values, at most ``max_per_sender`` from
+    one sender (0: no cap but the turns)."""
+    candidates = [g for g in swarm if teaches(g)]
+    by_sender: dict[str, list[int]] = defaultdict(list)
+    for i, group in enumerate(candidates):
+        by_sender[group.rollout.peer_id].append(i)
+    crowded = len(candidates) > num_external or 0 < max_per_sender < max(map(len, by_sender.values()), default=0)
+    values = list(value(candidates)) if value is not None and crowded else [0.0] * len(candidates)
+    ties = {i: rng.random() for i in range(len(candidates))}
+    queues = [sorted(ids, key=lambda i: (-values[i], ties[i]))[: max_per_sender or None] for _, ids in sorted(by_sender.items())]
     rng.shuffle(queues)
-    chosen: list[ScoredRollout] = []
-    while len(chosen) < num_external and queues:
-        queues = [q for q in queues if q]
-        for q in queues[: num_external - len(chosen)]:
-            chosen.append(q.pop())
-    return chosen
+    turns = [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
+    return [candidates[i] for i in sorted(turns, key=lambda i: -values[i])[:num_external]]  # stable: turns break ties
 
 
 def sapo_select(
@@ -53,7 +61,8 @@ def sapo_select(
     rng: random.Random,
     max_per_sender: int = 0,
     teaches: Callable[[ScoredRollout], bool] = informative,
+    value: Value | None = None,
 ) -> list[ScoredRollout]:
     """``num_local`` of this peer's groups (all when negative) and ``draw_external`` of the swarm's."""
     mine = list(own) if num_local < 0 or num_local >= len(own) else rng.sample(list(own), num_local)
-    return mine + draw_external(swarm, num_external, rng, max_per_sender, teaches)
+    return mine + draw_external(swarm, num_external, rng, max_per_sender, teaches, value)

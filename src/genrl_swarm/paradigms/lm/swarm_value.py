@@ -1,0 +1,46 @@
+"""What a swarm group can teach this peer: the receiver's own valuation, which ids cannot multiply.
+
+SAPO trains on ``num_external`` swarm groups a round. With more informative groups than room, a
+draw in which senders take turns gives k ids of one adversary k turns: issue 42's hostile review
+had 9 Sybil ids, each sending distinct, legal, low-value groups, crowd the honest senders' groups
+out (13.9% of honest evaluation, inside every weight bound). So competing groups are ranked
+(``lm/selection.py``) by what they can teach *this* peer, measured here from its own task rewards
+and its own model:
+
+- **gain**: the group's best reward above this peer's own mean reward for that prompt (for a prompt
+  it did not answer: its mean over its own groups this round). A group holding nothing better than
+  what this peer already does is worth 0;
+- **closeness**: this peer's per-token probability (geometric mean, at the sampling temperature)
+  of that best completion. A completion this peer would not write weighs little under the path
+  budget (``swarm_budget``) and teaches little, however well it scores.
+
+The value is gain x closeness. To take a slot from an honest group a sender must send a completion
+that scores better than the honest one *and* that this peer finds likelier, that is, what this peer
+would learn from anyway; sending it from more ids only wins exact ties. The closeness costs one
+forward pass without gradients over the best completion of each competing group (nothing when
+every group fits).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from genrl_swarm.core import ScoredRollout
+
+
+def prompt_of(group: ScoredRollout) -> tuple[int, str]:
+    return group.rollout.stage, group.rollout.task_id
+
+
+def best(group: ScoredRollout) -> int:
+    """The index of the group's first highest-rewarded sample."""
+    return max(range(len(group.rewards)), key=lambda i: (group.rewards[i], -i))
+
+
+def gains(candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollout]) -> list[float]:
+    """Per candidate, its best reward above this peer's own mean for its prompt (or this round)."""
+    by_prompt = {prompt_of(g): statistics.fmean(g.rewards) for g in own if g.rewards}
+    everything = [r for g in own for r in g.rewards]
+    level = statistics.fmean(everything) if everything else 0.0
+    return [max(max(g.rewards) - by_prompt.get(prompt_of(g), level), 0.0) for g in candidates]

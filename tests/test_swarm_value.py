@@ -1,0 +1,104 @@
+"""The SAPO draw ranks competing swarm groups by what they teach the receiver, so ids cannot
+multiply a sender's share (issue 42; ``lm/selection.py``, ``lm/swarm_value.py``)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("torch")
+import torch  # noqa: E402, F401 - the learner's forward
+
+from genrl_swarm.core import GameState, Rollout, RoundRewards, ScoredRollout, StageInput, Task, TokenRollout, TokenSample  # noqa: E402
+from genrl_swarm.paradigms.lm.learner import GRPOLearner  # noqa: E402
+from genrl_swarm.paradigms.lm.policy import LMPolicy  # noqa: E402
+from genrl_swarm.paradigms.lm.selection import draw_external  # noqa: E402
+
+SYBILS = 9
+
+
+@pytest.fixture(scope="module")
+def policy() -> LMPolicy:
+    return LMPolicy("tiny-random", {"num_generations": 3, "max_new_tokens": 6}, seed=1)
+
+
+@pytest.fixture(scope="module")
+def task() -> StageInput:
+    return Task.create("Calculate 3 + 4.").input(0)
+
+
+def group(policy: LMPolicy, inp: StageInput, peer: str, completions: list[tuple[int, ...]], rewards: tuple[float, ...]) -> ScoredRollout:
+    samples = tuple(TokenSample(c, (-1.0,) * len(c), "length") for c in completions)
+    body = TokenRollout(inp.task_id, inp.digest, tuple(policy.prompt_ids(inp)), samples, 0, policy.fingerprint)
+    return ScoredRollout(Rollout(peer, 0, 0, body, policy.texts(body)), rewards)
+
+
+def greedy(policy: LMPolicy, inp: StageInput) -> tuple[int, ...]:
+    """The policy's own most likely completion: the likeliest a sender could send."""
+    return tuple(policy.rollouts([inp], greedy=True)[0].samples[0].completion_ids)
+
+
+def sybils_and_honest(policy: LMPolicy, inp: StageInput, sybil: tuple[int, ...], honest: tuple[int, ...], sybil_reward: float) -> list[ScoredRollout]:
+    """Nine ids sending a distinct completion each (reward ``sybil_reward``) and two honest senders
+    (reward 1), every group with a zero-reward second completion: all informative."""
+    zero = (99, 98)
+    bad = [group(policy, inp, f"sybil-{i}", [sybil + (300 + i,), zero], (sybil_reward, 0.0)) for i in range(SYBILS)]
+    good = [group(policy, inp, f"honest-{i}", [honest, zero], (1.0, 0.0)) for i in range(2)]
+    return bad + good
+
+
+def chosen_senders(learner: GRPOLearner, own: ScoredRollout, swarm: list[ScoredRollout]) -> list[str]:
+    chosen = learner.select(GameState(0, "me"), RoundRewards(0, (own, *swarm)))
+    return sorted(c.rollout.peer_id for c in chosen if c.rollout.peer_id != "me")
+
+
+def test_nine_ids_with_lower_rewards_never_take_a_slot_from_better_groups(policy: LMPolicy, task: StageInput) -> None:
+    """Before: senders took turns whatever their groups held, so 9 of 11 turns went to the ids."""
+    learner = GRPOLearner(policy, {"num_external": 2}, seed=0)
+    own = group(policy, task, "me", [greedy(policy, task), (99,)], (0.0, 0.0))
+    swarm = sybils_and_honest(policy, task, greedy(policy, task), greedy(policy, task), sybil_reward=0.5)
+    for seed in range(20):  # whatever the random turn order
+        learner.rng = random.Random(seed)
+        assert chosen_senders(learner, own, swarm) == ["honest-0", "honest-1"]
+
+
+def test_nine_ids_with_equal_rewards_but_unlikely_completions_never_take_a_slot(policy: LMPolicy, task: StageInput) -> None:
+    """Same reward, so the gain ties: this peer's own probability of each completion decides."""
+    learner = GRPOLearner(policy, {"num_external": 2}, seed=0)
+    likely = greedy(policy, task)
+    unlikely = tuple(random.Random(0).choices(range(300, 400), k=len(likely)))
+    closeness = learner.closeness(sybils_and_honest(policy, task, unlikely[:-1], likely, 1.0)[SYBILS - 1 : SYBILS + 1])
+    assert closeness[1] > 10 * closeness[0], closeness
+    own = group(policy, task, "me", [likely, (99,)], (0.0, 0.0))
+    for seed in range(20):
+        learner.rng = random.Random(seed)
+        assert chosen_senders(learner, own, sybils_and_honest(policy, task, unlikely[:-1], likely, 1.0)) == ["honest-0", "honest-1"]
+
+
+def test_a_group_no_better_than_the_receivers_own_is_worth_nothing(policy: LMPolicy, task: StageInput) -> None:
+    learner = GRPOLearner(policy, {"num_external": 1}, seed=0)
+    own = [group(policy, task, "me", [greedy(policy, task), (99,)], (1.0, 0.0))]  # own mean 0.5
+    swarm = [
+        group(policy, task, "a", [greedy(policy, task), (98,)], (0.5, 0.0)),
+        group(policy, task, "b", [greedy(policy, task), (97,)], (0.75, 0.0)),
+    ]
+    assert learner.swarm_values(swarm, own) == [0.0, pytest.approx(0.25 * learner.closeness(swarm[1:])[0])]
+
+
+def test_with_room_for_every_group_no_forward_runs(policy: LMPolicy, task: StageInput, monkeypatch: pytest.MonkeyPatch) -> None:
+    learner = GRPOLearner(policy, {"num_external": 11}, seed=0)
+    monkeypatch.setattr(learner, "closeness", lambda groups: pytest.fail("valued groups that all fit"))
+    own = group(policy, task, "me", [greedy(policy, task), (99,)], (0.0, 0.0))
+    assert len(chosen_senders(learner, own, sybils_and_honest(policy, task, (5,), (6,), 0.5))) == 11
+
+
+def test_equal_values_still_take_turns_and_the_cap_keeps_a_senders_best(policy: LMPolicy, task: StageInput) -> None:
+    flood = [group(policy, task, "flooder", [(i,), (99,)], (1.0, 0.0)) for i in range(10)]
+    other = [group(policy, task, "other", [(7,), (99,)], (1.0, 0.0))]
+    for seed in range(20):  # equal values: the flooder's many groups get a fair share, not the room
+        chosen = draw_external(flood + other, 2, random.Random(seed), value=lambda groups: [1.0] * len(groups))
+        assert sorted(c.rollout.peer_id for c in chosen) == ["flooder", "other"]
+    ranked = lambda groups: [float(g.rollout.body.samples[0].completion_ids[0]) for g in groups]  # noqa: E731
+    chosen = draw_external(flood, 5, random.Random(0), max_per_sender=2, value=ranked)
+    assert [c.rollout.body.samples[0].completion_ids[0] for c in chosen] == [9, 8]
