@@ -205,6 +205,18 @@ def test_path_draws_by_hand() -> None:
     assert torch.all(path_draws(4.0, torch.full((1, 200), -5.0), torch.ones(1, 200), None) > 0)  # never 0: no -log 0
 
 
+def test_a_token_the_receiver_cannot_produce_zeroes_the_path_after_it_instead_of_poisoning_it() -> None:
+    """A -inf (or NaN) own log-prob used to give NaN for every later token (-inf - -inf)."""
+    from genrl_swarm.paradigms.lm.swarm_budget import path_draws
+
+    for bad in (float("-inf"), float("nan")):
+        logp = torch.tensor([[-0.5, bad, -0.5, -0.5]])
+        draws = path_draws(4.0, logp, torch.ones(1, 4), None)
+        assert isinstance(draws, torch.Tensor) and torch.isfinite(draws).all(), draws
+        assert draws[0, 1] == pytest.approx(4.0 * torch.tensor(-0.5).exp().item())  # the prefix before it, as ever
+        assert draws[0, 2:].max() < 1e-20  # after it: the least probable path
+
+
 def gradient(**grpo: object) -> torch.Tensor:
     """The gradient of one update on the review's 3-id flood."""
     policy = grpo_swarm.policy(0, 0)

@@ -98,10 +98,13 @@ def path_draws(draws: float, prox_logp: torch.Tensor, mask: torch.Tensor, copies
     it this edge's share of the path budget: ``draws`` * P(the prefix before it) / ``copies``, P
     the product of this peer's own probabilities (``prox_logp``, detached) of the row's earlier
     completion tokens (``mask`` marks them, in any layout), so the weight is min(1, n * P(prefix +
-    token) / copies). ``draws`` inf (the bound off): inf."""
+    token) / copies). ``draws`` inf (the bound off): inf. A log-prob that is -inf or NaN (a token
+    this peer's model cannot produce, or a broken forward) counts as the least probable path, so
+    the tokens after it weigh ~0 instead of NaN (-inf - -inf) poisoning the whole update."""
     if math.isinf(draws):
         return draws
-    logp = torch.where(mask > 0, prox_logp.detach(), torch.zeros_like(prox_logp))
+    own = prox_logp.detach().nan_to_num(nan=MIN_PATH_LOGP, neginf=MIN_PATH_LOGP, posinf=0.0)
+    logp = torch.where(mask > 0, own, torch.zeros_like(own))
     prefix = (logp.cumsum(1) - logp).clamp(min=MIN_PATH_LOGP)
     out = draws * prefix.exp()
     return out if copies is None else out / copies
