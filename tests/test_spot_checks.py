@@ -220,3 +220,89 @@ def test_edges_from_shared_rows_in_place_are_the_edges_of_each_tokens_own_row(te
         (each.lo, each.hi, each.logprob, each.edge, each.slack), (shared.lo, shared.hi, shared.logprob, shared.edge, shared.slack), strict=True
     ):
         assert torch.equal(a, b)
+
+
+def one_pass_edges(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``verify.tempered``'s arithmetic as it ran before the rows were taken in groups: each step over
+    all rows at once (the reference the grouped version must equal bit for bit)."""
+    scaled = logits.clone()
+    if temperature != 1.0:
+        scaled = (scaled - scaled.amax(-1, keepdim=True)) / temperature
+    height, vocab = scaled.shape
+    top = scaled.amax(-1, keepdim=True)
+    own = scaled[rows, tokens].double()
+    weights = (scaled - top).exp_()
+    if vocab % verify.BLOCK:
+        weights = torch.nn.functional.pad(weights, (0, verify.BLOCK - vocab % verify.BLOCK))
+    blocks = weights.view(height, -1, verify.BLOCK)
+    cdf = blocks.sum(-1).double().cumsum(-1)[rows]
+    total = cdf[:, -1]
+    block, column = tokens // verify.BLOCK, tokens % verify.BLOCK
+    mine = torch.arange(len(tokens))
+    earlier = torch.where(block > 0, cdf[mine, (block - 1).clamp(min=0)], torch.zeros_like(total))
+    inner = blocks[rows, block].cumsum(-1, dtype=torch.float64)
+    lo = earlier + torch.where(column > 0, inner[mine, (column - 1).clamp(min=0)], torch.zeros_like(total))
+    hi = earlier + inner[mine, column]
+    return lo / total, hi / total, own - top[rows, 0].double() - total.log()
+
+
+@pytest.mark.parametrize("vocab", [512 * verify.BLOCK // 8, 1000])
+@pytest.mark.parametrize("temperature", [1.0, 1.3, 0.7])
+@pytest.mark.parametrize("height", [1, verify.EDGE_ROWS, 2 * verify.EDGE_ROWS + 1])
+def test_edges_taken_a_few_rows_at_a_time_are_the_edges_of_all_rows_at_once(vocab: int, temperature: float, height: int) -> None:
+    """``tempered`` scales, exponentiates and sums ``EDGE_ROWS`` rows at a time (each group while
+    it is in the cache): the same bits as each step over every row at once, whichever rows the
+    tokens were drawn from (shared, out of order) and whether or not the vocabulary fills its blocks."""
+    generator = torch.Generator().manual_seed(vocab + height)
+    logits = torch.randn(height, vocab, generator=generator) * 3
+    rows = torch.cat([torch.randperm(height, generator=generator), torch.randint(0, height, (5,), generator=generator)])
+    tokens = torch.randint(0, vocab, (len(rows),), generator=generator)
+    tokens[0], tokens[-1] = 0, vocab - 1
+    expected = one_pass_edges(logits, tokens, temperature, rows)
+    for overwrite in (False, True):
+        with torch.inference_mode():
+            given = logits.clone()
+            draws = verify.tempered(given, tokens, temperature, overwrite, rows)
+        for a, b in zip(expected, (draws.lo, draws.hi, draws.logprob), strict=True):
+            assert torch.equal(a, b)
+        assert torch.equal(given, logits) != overwrite  # only an overwrite writes into the caller's logits
+
+
+def test_an_adapter_is_hashed_and_loaded_from_its_own_bytes() -> None:
+    """A receiver hashes a well-formed adapter's bytes where they lie and copies them into its
+    slots (``model_digest._layout``): the digest and tensors are those of safetensors' own load; any
+    other bytes take the library's path (refused there when it refuses them)."""
+    from safetensors.torch import load, save
+
+    from genrl_swarm.paradigms.lm import model_digest
+
+    generator = torch.Generator().manual_seed(3)
+    tensors = {"b.weight": torch.randn(4, 3, generator=generator), "a.weight": torch.randn(2, 5, generator=generator)}
+    tensors["c.half"] = torch.randn(3, generator=generator).to(torch.bfloat16)
+    tensors["empty"] = torch.zeros(0, 4)
+    for blob in (save(tensors), save(tensors, metadata={"format": "pt"})):
+        digest = model_digest.tensors_digest(load(blob))
+        assert digest == model_digest.tensors_digest(tensors) and model_digest._layout(blob) is not None
+        slots = {k: torch.full_like(v, 7.0) for k, v in tensors.items()}
+        versions = {k: v._version for k, v in slots.items()}
+        model_digest.load_adapter(None, blob, digest, slots)
+        assert all(torch.equal(slots[k], v) for k, v in tensors.items())
+        assert all(v._version > versions[k] for k, v in slots.items())  # written as copy_ writes: caches keyed on versions see it
+        with pytest.raises(ValueError, match="do not hash"):
+            model_digest.load_adapter(None, blob, "0" * 64, slots)
+        with pytest.raises(ValueError, match="does not fit"):
+            model_digest.load_adapter(None, blob, digest, {**slots, "a.weight": torch.zeros(5, 2)})
+    blob = save(tensors)
+    size = int.from_bytes(blob[:8], "little")
+    header = blob[8 : 8 + size]
+    repeated = header.replace(b'"b.weight"', b'"a.weight"')
+    for odd in (
+        blob + b"\0",  # bytes past the last tensor
+        blob[:-1],  # short of it
+        blob[:8] + repeated + blob[8 + size :],  # a name twice
+        blob[:8] + header.replace(b'"F32"', b'"F8_E4M3"', 1) + blob[8 + size :],  # a dtype read only by the library
+        b"not safetensors",
+    ):
+        assert model_digest._layout(odd) is None
+    with pytest.raises(ValueError, match="not a safetensors"):
+        model_digest.load_adapter(None, blob[:-1], model_digest.tensors_digest(tensors), {k: torch.empty_like(v) for k, v in tensors.items()})

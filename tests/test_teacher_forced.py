@@ -4,6 +4,8 @@ any chunking, on the modules and on the packed weights with an adapter's low-ran
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 pytest.importorskip("torch")
@@ -96,3 +98,24 @@ def test_every_first_token_is_drawn_from_one_row() -> None:
 def test_a_pass_needs_a_prompt(adapted: LMPolicy) -> None:
     with pytest.raises(ValueError, match="prompt"):
         body_logits(Decoder(adapted.model), [], COMPLETIONS)
+
+
+def test_the_passs_norms_are_the_modules_own_bits(adapted: LMPolicy) -> None:
+    """``norm``: the model's fp32 RMSNorms as one ``F.rms_norm`` call, bit for bit what the module gives
+    (so the pass moves nothing by rounding); anything else calls the module."""
+    from genrl_swarm.paradigms.lm.teacher_forced import RMS_NORMS, norm
+
+    layer = Decoder(adapted.model).layers[0]
+    assert type(layer.input_layernorm).__name__ in RMS_NORMS
+    generator = torch.Generator().manual_seed(11)
+    for module in (copy.deepcopy(layer.input_layernorm), copy.deepcopy(layer.post_attention_layernorm)):  # the fixture's model untouched
+        with torch.no_grad():
+            module.weight.copy_(torch.randn(module.weight.shape, generator=generator))
+        for rows in (1, 7, 153):
+            x = torch.randn(rows, module.weight.shape[0], generator=generator) * (1 + rows)
+            with torch.inference_mode():
+                assert torch.equal(norm(module, x), module(x))
+    other = torch.nn.LayerNorm(8)
+    x = torch.randn(3, 8, generator=generator)
+    with torch.inference_mode():
+        assert torch.equal(norm(other, x), other(x))

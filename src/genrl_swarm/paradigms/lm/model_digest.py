@@ -17,11 +17,14 @@ The bytes that travel are safetensors (no pickle: a stranger's bytes never run c
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import torch
 
 from genrl_swarm.core.interfaces import MAX_MODEL_BYTES
@@ -44,14 +47,78 @@ def _lp(text: str) -> bytes:
     return struct.pack("<I", len(data)) + data
 
 
+def _head(name: str, dtype: torch.dtype, shape: tuple[int, ...] | list[int]) -> bytes:
+    """What the digest hashes of a tensor before its bytes: its name, dtype and shape."""
+    return _lp(name) + _lp(str(dtype)) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", d) for d in shape)
+
+
 def tensors_digest(tensors: Mapping[str, torch.Tensor]) -> str:
     """The hex SHA-256 of ``tensors`` (module docstring): the same on any machine and process."""
     h = hashlib.sha256()
     for name in sorted(tensors):
         t = tensors[name].detach().to("cpu").contiguous()
-        h.update(_lp(name) + _lp(str(t.dtype)) + struct.pack("<I", t.dim()) + b"".join(struct.pack("<Q", d) for d in t.shape))
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(_head(name, t.dtype, t.shape))
+        if t.numel():  # the bytes hashed where they lie (a copy of a SmolLM2 adapter's 9.8 MB cost ~1 ms)
+            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
     return h.hexdigest()
+
+
+#: Where each tensor of a safetensors blob lies: name -> (dtype, shape, first byte, end).
+Layout = dict[str, tuple[torch.dtype, tuple[int, ...], int, int]]
+#: safetensors' dtype names of the tensors ``_layout`` reads in place (others take the library's path).
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32}
+
+
+def _layout(blob: bytes) -> Layout | None:
+    """Where each tensor of safetensors ``blob`` lies: name -> (dtype, shape, first byte, end) in
+    ``blob``; None unless ``blob`` is plainly well formed (a JSON header without repeated keys,
+    tensors of known dtypes, each one's bytes exactly its shape's, the tensors tiling the data
+    with no gap, overlap or excess; a little-endian host). Then ``load_adapter`` hashes the digest
+    from ``blob`` itself and copies the tensors from it into their slots: the bytes read are
+    those ``safetensors.torch.load`` makes tensors of, without the copy it makes first (3.7 ms
+    for a SmolLM2 adapter). Anything else takes the library's path, which refuses what it refuses."""
+    if sys.byteorder != "little" or len(blob) < 9 or blob[8:9] != b"{":
+        return None
+    size = int.from_bytes(blob[:8], "little")
+    if size > min(len(blob) - 8, 100_000_000):
+        return None
+    try:
+        header = json.loads(blob[8 : 8 + size], object_pairs_hook=_unique)
+    except ValueError:  # not JSON, not UTF-8, a key repeated
+        return None
+    if not isinstance(header, dict):
+        return None
+    meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        return None
+    start, out = 8 + size, {}
+    for name, entry in header.items():
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            return None
+        dtype, shape, offsets = _DTYPES.get(str(entry["dtype"])), entry["shape"], entry["data_offsets"]
+        if dtype is None or not isinstance(shape, list) or not isinstance(offsets, list) or len(offsets) != 2:
+            return None
+        if not all(type(d) is int and d >= 0 for d in (*shape, *offsets)):
+            return None
+        numel = 1
+        for d in shape:
+            numel *= d
+        if offsets[1] - offsets[0] != numel * dtype.itemsize:
+            return None
+        out[name] = (dtype, tuple(shape), start + offsets[0], start + offsets[1])
+    spans = sorted((first, end) for _, _, first, end in out.values())
+    edges = [start] + [end for _, end in spans]
+    if [first for first, _ in spans] != edges[:-1] or edges[-1] != len(blob):
+        return None
+    return out
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, ValueError when a key repeats (which of two a reader keeps is its own choice)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("a key repeated")
+    return out
 
 
 def adapter_state(model: Any) -> dict[str, torch.Tensor]:
@@ -101,6 +168,10 @@ def load_adapter(model: Any, blob: bytes, digest: str, slots: dict[str, torch.Te
 
     if len(blob) > MAX_ADAPTER_BYTES:
         raise ValueError(f"an adapter of {len(blob)} bytes, more than {MAX_ADAPTER_BYTES}")
+    layout = _layout(blob) if slots is not None and all(t.is_contiguous() and t.device.type == "cpu" for t in slots.values()) else None
+    if layout is not None and slots is not None:
+        _load_in_place(blob, layout, digest, slots)
+        return
     try:
         tensors = load(blob)
     except Exception as e:  # safetensors raises its own error types on malformed bytes
@@ -116,3 +187,25 @@ def load_adapter(model: Any, blob: bytes, digest: str, slots: dict[str, torch.Te
     with torch.no_grad():
         for name, tensor in tensors.items():
             slots[name].copy_(tensor)
+
+
+def _load_in_place(blob: bytes, layout: Layout, digest: str, slots: dict[str, torch.Tensor]) -> None:
+    """``load_adapter`` of a ``_layout``-read ``blob`` into ``slots``: the digest hashed from the
+    blob's own bytes (what ``tensors_digest`` of the loaded tensors hashes, in the same order),
+    then each tensor copied from the blob into its slot; the same checks in the same order, so the
+    same errors. SmolLM2's adapter (420 tensors, 9.8 MB): 17 ms to load this way's 8-10 (a loaded
+    2-core Xeon, 2026-11-28), most of what is left the SHA-256 itself."""
+    view = memoryview(blob)
+    h = hashlib.sha256()
+    for name in sorted(layout):
+        dtype, shape, first, end = layout[name]
+        h.update(_head(name, dtype, shape))
+        h.update(view[first:end])
+    if h.hexdigest() != digest:
+        raise ValueError("the adapter's bytes do not hash to the digest committed")
+    if slots.keys() != layout.keys() or any(slots[k].shape != layout[k][1] or slots[k].dtype != layout[k][0] for k in slots):
+        raise ValueError("the adapter does not fit this model's adapter (names, shapes or dtypes differ)")
+    for name, (_, _, first, end) in layout.items():
+        if end > first:  # numpy reads the read-only bytes without a copy (torch.frombuffer warns on them)
+            slots[name].detach().reshape(-1).view(torch.uint8).numpy()[:] = numpy.frombuffer(blob, numpy.uint8, end - first, first)
+    torch.autograd.graph.increment_version(list(slots.values()))  # written as copy_ would: caches keyed on versions see it
