@@ -156,8 +156,8 @@ def test_finish_round_logs_who_it_did_not_wait_for(caplog: pytest.LogCaptureFixt
     assert [r.getMessage() for r in caplog.records] == ["round 1 settles without a report from b, c (waited 0s)"]
 
 
-def test_a_late_peer_finishing_an_old_round_is_told_who_was_missing(caplog: pytest.LogCaptureFixture) -> None:
-    """Settled rounds are forgotten: an old round's wait falls back to every peer, none reported."""
+def test_a_late_peer_finishing_an_old_round_is_told_it_was_settled(caplog: pytest.LogCaptureFixture) -> None:
+    """Settled rounds are closed: a late peer finishing one waits for nobody and reopens nothing."""
     c = local("a", "b", "c")
     for r in range(4):
         say(c, r, "a", {"b": 0.5})
@@ -165,7 +165,7 @@ def test_a_late_peer_finishing_an_old_round_is_told_who_was_missing(caplog: pyte
         c.finish_round(r)
     with caplog.at_level(logging.INFO, logger="genrl_swarm.coord.local"):
         c.finish_round(1)
-    assert "round 1 settles without a report from a, b, c (waited 0s)" in caplog.text
+    assert "round 1 was settled already (the swarm is at round 4): nothing to wait for" in caplog.text and c.settled(1)
 
 
 def test_empty_reports_settle_without_scores() -> None:

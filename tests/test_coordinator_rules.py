@@ -115,6 +115,24 @@ def test_finish_round_waits_for_the_rounds_other_reporters() -> None:
     assert 0.2 <= time.monotonic() - start < 5
 
 
+def test_a_peer_that_fell_behind_finishing_a_settled_round_neither_waits_nor_reopens_it() -> None:
+    """Before, its call recreated the settled round's (empty) reporters, so the round read as
+    unsettled, and the late peer waited ``settle_wait`` for reports that could no longer count
+    (the adversary harness saw it on a loaded machine: "round 1 is not settled after round 2")."""
+    c = swarm("a", "b", "c", settle_wait=0.2)
+    for r in (0, 1):
+        for peer in "abc":
+            report(c, r, peer, {"a": 0.5, "b": 0.25, "c": 0.25})
+    c.finish_round(0)
+    report(c, 2, "a", {"a": 0.5})
+    c.finish_round(2)  # a is ahead: round 1 settles
+    assert c.settled(1)
+    c.settle_wait, books = 60.0, c.tally("a")
+    start = time.monotonic()
+    c.finish_round(1)  # c, late
+    assert time.monotonic() - start < 30 and c.settled(1) and c.tally("a") == books
+
+
 def test_restore_continues_the_books() -> None:
     c = swarm("a", "b")
     c.restore("a", 3.5, 2)

@@ -26,8 +26,12 @@ EDGE = consistency_floor(3, 4) * 1.01
 
 
 def played(strategy: Strategy, rounds: int = ROUNDS) -> Outcome:
-    logging.getLogger("genrl_swarm").setLevel(logging.CRITICAL)  # drops and quarantines are expected here
-    outcome = play(strategy, rounds)
+    quiet, level = logging.getLogger("genrl_swarm"), logging.getLogger("genrl_swarm").level
+    quiet.setLevel(logging.CRITICAL)  # drops and quarantines are expected here
+    try:
+        outcome = play(strategy, rounds)
+    finally:
+        quiet.setLevel(level)  # the tests after this file read the package's logs
     assert not outcome.violations, "\n".join(map(str, outcome.violations))
     return outcome
 

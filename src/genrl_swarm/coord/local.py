@@ -82,14 +82,19 @@ class LocalCoordinator(Coordinator):
 
     def finish_round(self, round: int) -> None:
         """Advance the round, settle rounds no report can change any more, then wait (up to
-        ``settle_wait``) until the peers that reported the round before reported ``round`` too."""
+        ``settle_wait``) until the peers that reported the round before reported ``round`` too.
+        A peer finishing a round the swarm has settled already (it fell behind) has nothing to
+        wait for, and its call must not reopen the round's books."""
         with self._cond:
             expected = set(self._reporters.get(round - 1) or self.peers)
             self._round = max(self._round, round + 1)
             for settled in sorted(r for r in self._reporters if r + 1 < self._round):
                 self._freeze(settled)
+            if round + 1 < self._round:
+                log.info("round %d was settled already (the swarm is at round %d): nothing to wait for", round, self._round)
+                return
             deadline = time.monotonic() + self.settle_wait
-            while not expected - self._left <= self._reporters[round]:
+            while not expected - self._left <= self._reporters.get(round, set()):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     missing = sorted(expected - self._left - self._reporters[round])
