@@ -119,3 +119,16 @@ def test_the_passs_norms_are_the_modules_own_bits(adapted: LMPolicy) -> None:
     x = torch.randn(3, 8, generator=generator)
     with torch.inference_mode():
         assert torch.equal(norm(other, x), other(x))
+
+
+def test_the_passs_rope_is_the_samplers_bits() -> None:
+    """``teacher_forced.turn`` sums RoPE's two products in place: the same bits as ``RopeTables.turn``."""
+    from genrl_swarm.paradigms.lm.decoder import RopeTables
+    from genrl_swarm.paradigms.lm.teacher_forced import turn
+
+    generator = torch.Generator().manual_seed(4)
+    angles = torch.rand(13, 8, generator=generator) * 6
+    rope = RopeTables.of(torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1), 6, 2, 0.25)
+    for _ in range(5):
+        x = torch.randn(13, 8, 16, generator=generator) * 4
+        assert torch.equal(turn(rope, x), rope.turn(x))
