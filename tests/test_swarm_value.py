@@ -102,3 +102,15 @@ def test_equal_values_still_take_turns_and_the_cap_keeps_a_senders_best(policy: 
     ranked = lambda groups: [float(g.rollout.body.samples[0].completion_ids[0]) for g in groups]  # noqa: E731
     chosen = draw_external(flood, 5, random.Random(0), max_per_sender=2, value=ranked)
     assert [c.rollout.body.samples[0].completion_ids[0] for c in chosen] == [9, 8]
+
+
+def test_closeness_reads_the_opening_a_swarm_completion_teaches(policy: LMPolicy, task: StageInput) -> None:
+    """Past ``OPENING`` tokens the path budget weighs a swarm completion at ~0, so its tail
+    neither raises nor lowers its value (nor costs the receiver a forward over it)."""
+    from genrl_swarm.paradigms.lm.swarm_value import OPENING
+
+    opening = tuple(random.Random(1).choices(range(30, 200), k=OPENING))
+    likely, unlikely = opening + greedy(policy, task), opening + (399,) * 40
+    groups = [group(policy, task, peer, [c, (99,)], (1.0, 0.0)) for peer, c in (("a", likely), ("b", unlikely))]
+    learner = GRPOLearner(policy, {"micro_batch_size": 1}, seed=0)
+    assert learner.closeness(groups) == pytest.approx(learner.closeness([group(policy, task, "c", [opening, (99,)], (1.0, 0.0))]) * 2)

@@ -39,7 +39,7 @@ from genrl_swarm.paradigms.lm.prefix import Chunk, Chunking, PrefixBatch, Shared
 from genrl_swarm.paradigms.lm.selection import sapo_select
 from genrl_swarm.paradigms.lm.swarm_baseline import advantages
 from genrl_swarm.paradigms.lm.swarm_budget import copies_of, edge_copies, eos_inside, path_draws
-from genrl_swarm.paradigms.lm.swarm_value import best, gains
+from genrl_swarm.paradigms.lm.swarm_value import OPENING, best, gains
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
 
@@ -214,12 +214,13 @@ class GRPOLearner(Learner):
 
     @torch.no_grad()
     def closeness(self, groups: Sequence[ScoredRollout]) -> list[float]:
-        """Per group, this peer's geometric-mean per-token probability of its best completion (at
-        the sampling temperature), in micro-batches of ``micro_batch_size``."""
+        """Per group, this peer's geometric-mean per-token probability of its best completion's
+        opening (``swarm_value.OPENING`` tokens, at the sampling temperature), in micro-batches of
+        ``micro_batch_size``."""
         rows = []
         for g in groups:
             body: TokenRollout = g.rollout.body
-            ids = body.samples[best(g)].completion_ids
+            ids = body.samples[best(g)].completion_ids[:OPENING]
             rows.append(Sample(body.prompt_ids, ids, (0.0,) * len(ids), 0.0))
         dtype, size, out = self.compute_dtype(), self.cfg.micro_batch_size, []
         for start in range(0, len(rows), size):

@@ -14,7 +14,11 @@ and its own model:
   of that best completion. A completion this peer would not write weighs little under the path
   budget (``swarm_budget``) and teaches little, however well it scores.
 
-The value is gain x closeness. To take a slot from an honest group a sender must send a completion
+The value is gain x closeness, the closeness read over the completion's first ``OPENING`` tokens:
+under the path budget that opening is what a swarm completion teaches (SmolLM2's own 64-token
+samples weigh 0.37 at the 9th token and 4e-5 at the 17th), and reading whole completions cost a
+receiver 42 CPU-s a round for 28 groups of 512 tokens (SmolLM2, one thread), against ~2.5 s for 12
+of 48. To take a slot from an honest group a sender must send a completion
 that scores better than the honest one *and* that this peer finds likelier, that is, what this peer
 would learn from anyway; sending it from more ids only wins exact ties. The closeness costs one
 forward pass without gradients over the best completion of each competing group (nothing when
@@ -27,6 +31,9 @@ import statistics
 from collections.abc import Sequence
 
 from genrl_swarm.core import ScoredRollout
+
+#: Tokens of a completion its closeness is read over (see the module docstring).
+OPENING = 32
 
 
 def prompt_of(group: ScoredRollout) -> tuple[int, str]:
