@@ -78,3 +78,26 @@ def test_an_lm_policy_on_a_cpu_keeps_freed_memory() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=untuned())
     assert out.returncode == 0 and out.stdout.split()[-1] == "True", out.stderr[-2000:]
+
+
+def test_the_recipe_check_sets_one_heap_before_any_peer_thread_allocates() -> None:
+    """glibc gives a thread a heap of its own at its first allocation, and each keeps what it
+    freed: in-process peers (threads) each held an update's freed activations (3 SmolLM2 adapter
+    peers of the demo peaked at 5.0 GB; one heap, set in the recipe check before any peer is
+    built, and updates taking turns: 3.3 GB). So the check (``LMPolicy.preflight``, run in the
+    main thread before peers are built) sets the heap, one arena included."""
+    code = (
+        "import ctypes; calls = []\n"
+        "from genrl_swarm.paradigms.lm import heap; from genrl_swarm.paradigms.lm.policy import LMPolicy\n"
+        "class Libc:\n"
+        "    def __init__(self, *a, **k): pass\n"
+        "    class mallopt:\n"
+        "        argtypes = restype = None\n"
+        "        def __new__(cls, param, value): calls.append((param, value)); return 1\n"
+        "ctypes.CDLL = Libc\n"
+        "LMPolicy.preflight({'model': 'tiny-random', 'device': 'cpu'}); print(heap._done, calls)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=untuned())
+    assert out.returncode == 0, out.stderr[-2000:]
+    done, calls = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert done == "True" and f"({heap.M_ARENA_MAX}, 1)" in calls, out.stdout

@@ -29,7 +29,7 @@ from genrl_swarm.paradigms.lm.adapters import LayerTerms, adapt, terms
 from genrl_swarm.paradigms.lm.answers import DEFAULT_SYSTEM_PROMPT
 from genrl_swarm.paradigms.lm.decoder import Decoder, supports
 from genrl_swarm.paradigms.lm.model_digest import ModelDigest, adapter_bytes, adapter_slots, load_adapter, model_digest
-from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, apply_lora, check_model, load_peer_model
+from genrl_swarm.paradigms.lm.models import SMOLLM2, LoraSettings, apply_lora, check_model, load_peer_model, pick_device
 from genrl_swarm.paradigms.lm.packed import PackCache
 from genrl_swarm.paradigms.lm.precision import inexact_fp32
 from genrl_swarm.paradigms.lm.sampling import Sampled, hf_sample, sample
@@ -162,7 +162,11 @@ class LMPolicy(Policy):
 
     @classmethod
     def preflight(cls, arguments: Mapping[str, Any]) -> None:
-        """Fail before any peer loads when ``model`` cannot load (``run/preflight.py``)."""
+        """Fail before any peer loads when ``model`` cannot load (``run/preflight.py``). On a CPU,
+        set the process's heap (``lm.heap``) here, before any peer's thread allocates: glibc gives a
+        thread its heap at its first allocation, and one heap for the peers is set only before."""
+        if pick_device(str(arguments.get("device", "auto"))).type == "cpu":
+            heap.keep_freed_memory()
         check_model(str(arguments.get("model", SMOLLM2)))
 
     # ------------------------------------------------------------------ prompts
