@@ -83,7 +83,7 @@ def test_a_group_no_better_than_the_receivers_own_is_worth_nothing(policy: LMPol
         group(policy, task, "a", [greedy(policy, task), (98,)], (0.5, 0.0)),
         group(policy, task, "b", [greedy(policy, task), (97,)], (0.75, 0.0)),
     ]
-    assert learner.swarm_values(swarm, own) == [0.0, pytest.approx(0.25 * learner.closeness(swarm[1:])[0])]
+    assert learner.swarm_values(swarm, own) == [(0.0, 0.0), (0.25, pytest.approx(learner.closeness(swarm[1:])[0]))]
 
 
 def test_with_room_for_every_group_no_forward_runs(policy: LMPolicy, task: StageInput, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,9 +97,9 @@ def test_equal_values_still_take_turns_and_the_cap_keeps_a_senders_best(policy: 
     flood = [group(policy, task, "flooder", [(i,), (99,)], (1.0, 0.0)) for i in range(10)]
     other = [group(policy, task, "other", [(7,), (99,)], (1.0, 0.0))]
     for seed in range(20):  # equal values: the flooder's many groups get a fair share, not the room
-        chosen = draw_external(flood + other, 2, random.Random(seed), value=lambda groups: [1.0] * len(groups))
+        chosen = draw_external(flood + other, 2, random.Random(seed), value=lambda groups: [(1.0,)] * len(groups))
         assert sorted(c.rollout.peer_id for c in chosen) == ["flooder", "other"]
-    ranked = lambda groups: [float(g.rollout.body.samples[0].completion_ids[0]) for g in groups]  # noqa: E731
+    ranked = lambda groups: [(float(g.rollout.body.samples[0].completion_ids[0]),) for g in groups]  # noqa: E731
     chosen = draw_external(flood, 5, random.Random(0), max_per_sender=2, value=ranked)
     assert [c.rollout.body.samples[0].completion_ids[0] for c in chosen] == [9, 8]
 
@@ -114,3 +114,17 @@ def test_closeness_reads_the_opening_a_swarm_completion_teaches(policy: LMPolicy
     groups = [group(policy, task, peer, [c, (99,)], (1.0, 0.0)) for peer, c in (("a", likely), ("b", unlikely))]
     learner = GRPOLearner(policy, {"micro_batch_size": 1}, seed=0)
     assert learner.closeness(groups) == pytest.approx(learner.closeness([group(policy, task, "c", [opening, (99,)], (1.0, 0.0))]) * 2)
+
+
+def test_a_better_answer_outranks_a_likelier_worse_one(policy: LMPolicy, task: StageInput) -> None:
+    """The hostile review's shape (``test_review_swarm_value.py``): likely decoys (reward 0.5) from
+    3 ids against unlikely target groups (reward 1) from 2 honest senders. Valued gain x closeness,
+    the likely decoys won; gain first, they never do."""
+    learner = GRPOLearner(policy, {"num_external": 2}, seed=0)
+    likely, unlikely = greedy(policy, task), tuple(random.Random(2).choices(range(300, 400), k=len(greedy(policy, task))))
+    own = group(policy, task, "me", [likely, (99,)], (0.0, 0.0))
+    decoys = [group(policy, task, f"sybil-{i}", [likely, (98, i)], (0.5, 0.0)) for i in range(3)]
+    targets = [group(policy, task, f"honest-{i}", [unlikely[:-1] + (300 + i,), (97,)], (1.0, 0.0)) for i in range(2)]
+    for seed in range(20):
+        learner.rng = random.Random(seed)
+        assert chosen_senders(learner, own, decoys + targets) == ["honest-0", "honest-1"]

@@ -40,7 +40,7 @@ from genrl_swarm.paradigms.lm.prefix import Chunk, Chunking, PrefixBatch, Shared
 from genrl_swarm.paradigms.lm.selection import sapo_select
 from genrl_swarm.paradigms.lm.swarm_baseline import advantages
 from genrl_swarm.paradigms.lm.swarm_budget import copies_of, edge_copies, eos_inside, path_draws
-from genrl_swarm.paradigms.lm.swarm_value import OPENING, best, gains
+from genrl_swarm.paradigms.lm.swarm_value import GAIN_DIGITS, OPENING, best, gains
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
 
@@ -206,14 +206,14 @@ class GRPOLearner(Learner):
         value = lambda groups: self.swarm_values(groups, own)  # noqa: E731
         return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender, value=value)
 
-    def swarm_values(self, candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollout]) -> list[float]:
-        """Per competing swarm group, what it can teach this peer: the gain of its best completion
-        over this peer's own rewards times this peer's per-token probability of it (``swarm_value``)."""
-        gain = gains(candidates, own)
+    def swarm_values(self, candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollout]) -> list[tuple[float, float]]:
+        """Per competing swarm group, what it can teach this peer (``swarm_value``): the gain of its
+        best completion over this peer's own rewards, then this peer's per-token probability of it."""
+        gain = [round(g, GAIN_DIGITS) for g in gains(candidates, own)]
         rows = [i for i, g in enumerate(gain) if g > 0 and candidates[i].rollout.body.samples[best(candidates[i])].completion_ids]
-        values = [0.0] * len(candidates)
+        values = [(g, 0.0) for g in gain]
         for i, close in zip(rows, self.closeness([candidates[i] for i in rows])):
-            values[i] = gain[i] * close
+            values[i] = (gain[i], close)
         return values
 
     @torch.no_grad()

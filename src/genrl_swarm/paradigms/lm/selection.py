@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 
 from genrl_swarm.core.types import ScoredRollout
 
-#: The receiver's value of each candidate group (higher first), computed only when they compete.
-Value = Callable[[Sequence[ScoredRollout]], Sequence[float]]
+#: The receiver's value of each candidate group, compared in order (higher first), computed only
+#: when the groups compete.
+Value = Callable[[Sequence[ScoredRollout]], Sequence[tuple[float, ...]]]
 
 
 def informative(group: ScoredRollout) -> bool:
@@ -45,12 +46,13 @@ def draw_external(
     for i, group in enumerate(candidates):
         by_sender[group.rollout.peer_id].append(i)
     crowded = len(candidates) > num_external or 0 < max_per_sender < max(map(len, by_sender.values()), default=0)
-    values = list(value(candidates)) if value is not None and crowded else [0.0] * len(candidates)
+    values = list(value(candidates)) if value is not None and crowded else [(0.0,)] * len(candidates)
+    order = [tuple(-v for v in values[i]) for i in range(len(candidates))]
     ties = {i: rng.random() for i in range(len(candidates))}
-    queues = [sorted(ids, key=lambda i: (-values[i], ties[i]))[: max_per_sender or None] for _, ids in sorted(by_sender.items())]
+    queues = [sorted(ids, key=lambda i: (order[i], ties[i]))[: max_per_sender or None] for _, ids in sorted(by_sender.items())]
     rng.shuffle(queues)
     turns = [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
-    return [candidates[i] for i in sorted(turns, key=lambda i: -values[i])[:num_external]]  # stable: turns break ties
+    return [candidates[i] for i in sorted(turns, key=lambda i: order[i])[:num_external]]  # stable: turns break ties
 
 
 def sapo_select(

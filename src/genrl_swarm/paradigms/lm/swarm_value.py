@@ -7,22 +7,28 @@ out (13.9% of honest evaluation, inside every weight bound). So competing groups
 (``lm/selection.py``) by what they can teach *this* peer, measured here from its own task rewards
 and its own model:
 
-- **gain**: the group's best reward above this peer's own mean reward for that prompt (for a prompt
-  it did not answer: its mean over its own groups this round). A group holding nothing better than
-  what this peer already does is worth 0;
-- **closeness**: this peer's per-token probability (geometric mean, at the sampling temperature)
-  of that best completion. A completion this peer would not write weighs little under the path
-  budget (``swarm_budget``) and teaches little, however well it scores.
+- **gain**, first: the group's best reward above this peer's own mean reward for that prompt (for
+  a prompt it did not answer: its mean over its own groups this round). A group holding nothing
+  better than what this peer already does is worth 0; a better answer outranks a worse one however
+  likely either is;
+- **closeness**, between equal gains: this peer's per-token probability (geometric mean, at the
+  sampling temperature) of that best completion's first ``OPENING`` tokens. Of two equally good
+  answers, the one this peer would write teaches it (the path budget, ``swarm_budget``, weighs an
+  unlikely path at ~0); under the path budget the opening is what a swarm completion teaches
+  (SmolLM2's own 64-token samples weigh 0.37 at the 9th token and 4e-5 at the 17th), and reading
+  whole completions cost a receiver 42 CPU-s a round for 28 groups of 512 tokens (SmolLM2, one
+  thread), against 5.2 for their openings.
 
-The value is gain x closeness, the closeness read over the completion's first ``OPENING`` tokens:
-under the path budget that opening is what a swarm completion teaches (SmolLM2's own 64-token
-samples weigh 0.37 at the 9th token and 4e-5 at the 17th), and reading whole completions cost a
-receiver 42 CPU-s a round for 28 groups of 512 tokens (SmolLM2, one thread), against ~2.5 s for 12
-of 48. To take a slot from an honest group a sender must send a completion
-that scores better than the honest one *and* that this peer finds likelier, that is, what this peer
-would learn from anyway; sending it from more ids only wins exact ties. The closeness costs one
-forward pass without gradients over the best completion of each competing group (nothing when
-every group fits).
+Gain comes first because a product of the two let a likely mediocre answer outrank an unlikely
+better one: a hostile review's decoy completions with the base model's likeliest tails (per-token
+mean ~0.5) beat honest groups holding the target (~0.2), 3 ids costing 10.6% +- 8.5% at
+``num_external`` 4 (``tests/test_review_swarm_value.py``). Gains are compared to ``GAIN_DIGITS``
+decimals, so rewards that differ only by rounding tie and closeness decides. To take a slot from an
+honest group a sender has to send a better-scoring completion, or an equally good one this peer
+finds likelier, that is, what this peer would learn from anyway; sending it from more ids only
+wins exact ties. Not covered: the forward's cost grows with the competing groups (ids x tasks),
+and it is not charged to their senders' budgets; for a prompt this peer did not answer the gain is
+against its round mean, across prompts of other difficulty.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from genrl_swarm.core import ScoredRollout
 
 #: Tokens of a completion its closeness is read over (see the module docstring).
 OPENING = 32
+#: Decimals gains are compared to (see the module docstring).
+GAIN_DIGITS = 6
 
 
 def prompt_of(group: ScoredRollout) -> tuple[int, str]:
