@@ -1,4 +1,4 @@
-"""Hostile review of the ranked SAPO draw (issue 42): decoy groups the receiver finds likely.
+"""A hostile review's flood of the SAPO draw (issue 42): decoy groups the receiver finds likely.
 
 The draw now ranks competing swarm groups by the receiver's value, gain x closeness
 (``lm/swarm_value.py``): gain, the group's best reward above the receiver's own mean for the
@@ -19,35 +19,44 @@ id-specific one) and an id-specific likely zero-reward completion (so no body co
 id's). Every id's best completion for a prompt is the same, so its ids' groups tie with each
 other exactly and fill as many slots as it has ids once its value beats the honest groups'.
 
-With ``num_external`` 4 (real recipes use 2-8), over seed sets 0-7, load 3-6, OMP_NUM_THREADS=1 (the test: 3-4 minutes):
-10.6% +- 8.5% (per seed set 3.6, 11.3, 0.6, 17.4, 10.4, 5.9, 27.6, 7.9). The same shape's other
+Against the draw that ranked by gain x closeness, with ``num_external`` 4 (real recipes use 2-8),
+over seed sets 0-7, load 3-6, OMP_NUM_THREADS=1: 10.6% +- 8.5% (per seed set 3.6, 11.3, 0.6, 17.4, 10.4, 5.9, 27.6, 7.9). The same shape's other
 forms (num_external 4): one likely decoy + an id-specific zero-reward tail, 1 id 3.9% +- 5.3%,
 3 ids 9.8% +- 10.1%, 4 ids 7.9%, 6 ids 8.0%, 9 ids 7.9% +- 9.7%; one likely decoy + a likely zero,
 3 ids 10.1% +- 9.5%, 9 ids 8.2%; with num_external 12 and 9 ids 5.7% +- 5.1%; with num_external
 2 (3 ids) 3.6% +- 8.1%. It is a borderline break (the best of about a dozen forms tried, its
-standard error ~3 points), but it is above the goal's 10% with 3 ids.
+standard error ~3 points), but it was above the goal's 10% with 3 ids. The draw now ranks by gain
+first and by closeness only between equal gains: 1.9% +- 5.3% (per seed set 1.9, -4.8, -0.0,
+12.9, 0.1, 1.3, 5.3, -1.4; 2026-11-28, load 2-3). ``tests/test_swarm_value.py`` attacks the rule
+itself in a second; this is the 8-seed-set measurement (3-4 minutes).
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_likely_decoys.py [--ids 3] [--num-external 4] [--seeds 8]
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import os
 import statistics
+import sys
+import time
+import warnings
 from collections.abc import Sequence
 from functools import cache
+from pathlib import Path
 
-import pytest
+import msgspec
+import torch
+from common import machine
 
-pytest.importorskip("torch")
-import msgspec  # noqa: E402
-import torch  # noqa: E402, F401 - the GRPO swarm (helpers.grpo_swarm) trains with it
+from genrl_swarm.core import StageInput, TokenRollout, TokenSample
+from genrl_swarm.paradigms.lm.policy import LMPolicy
 
-from genrl_swarm.core import StageInput, TokenRollout, TokenSample  # noqa: E402
-from genrl_swarm.paradigms.lm.policy import LMPolicy  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from helpers import grpo_swarm  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-SYBILS, SEED_SETS, NUM_EXTERNAL, LENGTH, WIDTH, K = 3, range(8), 4, 6, 6, 16
+LENGTH, WIDTH, K = 6, 6, 16
 
 
 @cache
@@ -103,22 +112,27 @@ class LikelyDecoyFlooder(LMPolicy):
         return out
 
 
-def drop(seed: int) -> float:
+def drop(seed: int, ids: int) -> float:
+    """The honest peers' relative drop of final eval with ``ids`` flooder ids against alone."""
     roles = grpo_swarm.tokens(seed)
-    flooders = [grpo_swarm.policy(seed, 3 + i, LikelyDecoyFlooder, index=i, roles=roles) for i in range(SYBILS)]
+    flooders = [grpo_swarm.policy(seed, 3 + i, LikelyDecoyFlooder, index=i, roles=roles) for i in range(ids)]
     return 1 - grpo_swarm.honest_eval(seed, flooders, "now") / grpo_swarm.honest_eval(seed, None, "now")
 
 
-@pytest.mark.slow  # 16 GRPO games (8 of 3 peers, 8 of 6): about 1-4 minutes on 2 loaded cores
-@pytest.mark.timeout(900)
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="3 ids sending receiver-likely decoy completions cost 10.6% +- 8.5% of honest eval at num_external 4 "
-    "(seed sets 0-7: 3.6, 11.3, 0.6, 17.4, 10.4, 5.9, 27.6, 7.9): closeness is a per-token mean, so a likely tail "
-    "lifts a decoy group above honest target groups",
-)
-def test_three_ids_of_likely_decoys_cost_at_most_a_tenth_of_honest_eval(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(grpo_swarm, "GRPO", dataclasses.replace(grpo_swarm.GRPO, num_external=NUM_EXTERNAL))
-    drops = [drop(seed) for seed in SEED_SETS]
-    assert statistics.mean(drops) <= 0.10, drops
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ids", type=int, default=3)
+    p.add_argument("--num-external", type=int, default=4)
+    p.add_argument("--seeds", type=int, default=8)
+    args = p.parse_args()
+    warnings.filterwarnings("ignore", category=UserWarning)
+    grpo_swarm.GRPO = dataclasses.replace(grpo_swarm.GRPO, num_external=args.num_external)
+    print(machine(), f"| OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.1f}")
+    start = time.monotonic()
+    drops = [drop(seed, args.ids) for seed in range(args.seeds)]
+    print(f"{args.ids} ids, num_external {args.num_external}: drop {statistics.mean(drops):.1%} +- {statistics.stdev(drops):.1%}"
+          f" (per seed set {', '.join(f'{d:.1%}' for d in drops)}), {time.monotonic() - start:.0f} s, load {os.getloadavg()[0]:.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
