@@ -57,6 +57,9 @@ def by_op(managers: list, tasks: list) -> dict[str, float]:
 
 
 ARMS = ("sharing", "isolated", "sharing-equal-weight")
+#: ``--adapters``: LoRA r 8 on every projection, the peers on one shared base (``make demo``'s
+#: adapter arm, benchmarks/bench_demo_adapters.py; pass its rate too: ``--lr 3e-4``).
+ADAPTERS = ("+policy.lora.r=8", "+policy.lora.alpha=16", "+policy.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]")
 
 
 def play(a: argparse.Namespace, seed: int, arm: str) -> Outcome:
@@ -74,7 +77,7 @@ def play(a: argparse.Namespace, seed: int, arm: str) -> Outcome:
             f"policy.model={a.model}", f"policy.sampling.max_new_tokens={a.max_new_tokens}",
             f"policy.sampling.num_generations={a.generations}", f"learner.grpo.learning_rate={a.lr}",
             f"learner.grpo.num_local={local}", f"learner.grpo.num_external={external}",
-            f"++learner.grpo.swarm_weight_bound={arm != 'sharing-equal-weight'}",
+            f"++learner.grpo.swarm_weight_bound={arm != 'sharing-equal-weight'}", *(ADAPTERS if a.adapters else ()),
         ])  # fmt: skip
         managers, _ = build_managers(cfg)
         held_out = managers[0].data.eval_tasks()
@@ -102,6 +105,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--eval-size", type=int, default=48)
     p.add_argument("--arms", nargs="+", choices=ARMS, default=["sharing", "isolated"])
+    p.add_argument("--adapters", action="store_true", help="adapter peers on one shared base (pass --lr 3e-4 with it)")
     a = p.parse_args()
     start, load = time.perf_counter(), os.getloadavg()[0]
     results: dict[str, list[Outcome]] = {name: [] for name in a.arms}
