@@ -19,12 +19,12 @@ def test_in_process_peers_update_one_at_a_time() -> None:
     """They share the device's cores, so updating at once gains nothing, while each update's
     activations would be held at once (3 SmolLM2 adapter peers of the demo: 4.9 GB against 3.3 GB
     taking turns, with one heap)."""
-    inside, most, lock = [0], [0], threading.Lock()
+    inside, most, calls, lock = [0], [0], [0], threading.Lock()
 
     class Recording(GRPOLearner):
         def update(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
             with lock:
-                inside[0] += 1
+                inside[0], calls[0] = inside[0] + 1, calls[0] + 1
                 most[0] = max(most[0], inside[0])
             time.sleep(0.05)
             with lock:
@@ -41,4 +41,4 @@ def test_in_process_peers_update_one_at_a_time() -> None:
         t.start()
     for t in threads:
         t.join(60)
-    assert most[0] == 1
+    assert not any(t.is_alive() for t in threads) and calls[0] == 15 and most[0] == 1

@@ -128,3 +128,22 @@ def test_a_better_answer_outranks_a_likelier_worse_one(policy: LMPolicy, task: S
     for seed in range(20):
         learner.rng = random.Random(seed)
         assert chosen_senders(learner, own, decoys + targets) == ["honest-0", "honest-1"]
+
+
+def test_no_external_share_values_nothing_and_a_nan_reward_never_outranks_a_gain(
+    policy: LMPolicy, task: StageInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """num_external 0 (the default) draws nothing, so nothing is valued (no forward); a NaN
+    reward counts as absent, so a NaN gain never ties with, and scrambles, real gains."""
+    learner = GRPOLearner(policy, {"num_external": 0}, seed=0)
+    monkeypatch.setattr(learner, "closeness", lambda groups: pytest.fail("valued groups with no external share"))
+    own = group(policy, task, "me", [greedy(policy, task), (99,)], (0.0, 0.0))
+    assert chosen_senders(learner, own, sybils_and_honest(policy, task, (5,), (6,), 0.5)) == []
+    learner = GRPOLearner(policy, {"num_external": 1}, seed=0)
+    nan = group(policy, task, "nan", [greedy(policy, task), (98,)], (float("nan"), 0.0))
+    swarm = [
+        group(policy, task, "poor", [greedy(policy, task), (97,)], (0.1, 0.0)),
+        nan,
+        group(policy, task, "good", [greedy(policy, task), (96,)], (0.9, 0.0)),
+    ]
+    assert [v[0] for v in learner.swarm_values(swarm, [own])] == [0.1, 0.0, 0.9]

@@ -85,6 +85,7 @@ def _apply() -> bool:
     except (OSError, AttributeError):  # not glibc
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    kept = all(mallopt(param, value) for param, value in ((M_TRIM_THRESHOLD, KEEP), (M_MMAP_THRESHOLD, MMAP_FROM), (M_ARENA_MAX, ARENAS)))
+    results = [mallopt(param, value) for param, value in ((M_TRIM_THRESHOLD, KEEP), (M_MMAP_THRESHOLD, MMAP_FROM), (M_ARENA_MAX, ARENAS))]
+    kept = all(results)  # each is set whatever another returned
     log.debug("heap: freed memory kept (blocks under %d MB, %d MB at the top): %s", MMAP_FROM >> 20, KEEP >> 20, kept)
     return kept

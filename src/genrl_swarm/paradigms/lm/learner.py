@@ -232,7 +232,7 @@ class GRPOLearner(Learner):
             with autocast(dtype, torch.device(self.device).type):
                 logp = self.token_logps(self.model, batch).float()
             mask = batch.completion_mask
-            out += torch.exp((logp * mask).sum(1) / mask.sum(1)).tolist()
+            out += torch.exp((logp * mask).sum(1) / mask.sum(1)).nan_to_num(nan=0.0).tolist()
         return out
 
     def samples(self, state: GameState, chosen: Sequence[ScoredRollout]) -> list[Sample]:

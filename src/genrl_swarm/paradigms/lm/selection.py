@@ -41,6 +41,8 @@ def draw_external(
     """Up to ``num_external`` swarm groups that ``teaches`` accepts, the most valuable first,
     senders taking turns in a random order among equal values, at most ``max_per_sender`` from
     one sender (0: no cap but the turns)."""
+    if num_external <= 0:  # nothing to draw: no group is valued (the valuation runs a forward)
+        return []
     candidates = [g for g in swarm if teaches(g)]
     by_sender: dict[str, list[int]] = defaultdict(list)
     for i, group in enumerate(candidates):

@@ -33,6 +33,7 @@ against its round mean, across prompts of other difficulty.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -55,7 +56,12 @@ def best(group: ScoredRollout) -> int:
 
 def gains(candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollout]) -> list[float]:
     """Per candidate, its best reward above this peer's own mean for its prompt (or this round)."""
-    by_prompt = {prompt_of(g): statistics.fmean(g.rewards) for g in own if g.rewards}
-    everything = [r for g in own for r in g.rewards]
+    by_prompt = {prompt_of(g): statistics.fmean(finite(g.rewards)) for g in own if finite(g.rewards)}
+    everything = [r for g in own for r in finite(g.rewards)]
     level = statistics.fmean(everything) if everything else 0.0
-    return [max(max(g.rewards) - by_prompt.get(prompt_of(g), level), 0.0) for g in candidates]
+    return [max(max(finite(g.rewards), default=0.0) - by_prompt.get(prompt_of(g), level), 0.0) for g in candidates]
+
+
+def finite(rewards: Sequence[float]) -> list[float]:
+    """The rewards that are numbers: a NaN would compare equal to every gain and break the order."""
+    return [r for r in rewards if math.isfinite(r)]
