@@ -220,19 +220,24 @@ class GRPOLearner(Learner):
     def closeness(self, groups: Sequence[ScoredRollout]) -> list[float]:
         """Per group, this peer's geometric-mean per-token probability of its best completion's
         opening (``swarm_value.OPENING`` tokens, at the sampling temperature), in micro-batches of
-        ``micro_batch_size``."""
+        ``micro_batch_size``; in eval mode (a learner that never samples is left in train mode, where
+        dropout would make the value random)."""
         rows = []
         for g in groups:
             body: TokenRollout = g.rollout.body
             ids = body.samples[best(g)].completion_ids[:OPENING]
             rows.append(Sample(body.prompt_ids, ids, (0.0,) * len(ids), 0.0))
-        dtype, size, out = self.compute_dtype(), self.cfg.micro_batch_size, []
-        for start in range(0, len(rows), size):
-            batch = self.collate(rows[start : start + size])
-            with autocast(dtype, torch.device(self.device).type):
-                logp = self.token_logps(self.model, batch).float()
-            mask = batch.completion_mask
-            out += torch.exp((logp * mask).sum(1) / mask.sum(1)).nan_to_num(nan=0.0).tolist()
+        dtype, size, out, training = self.compute_dtype(), self.cfg.micro_batch_size, [], self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(rows), size):
+                batch = self.collate(rows[start : start + size])
+                with autocast(dtype, torch.device(self.device).type):
+                    logp = self.token_logps(self.model, batch).float()
+                mask = batch.completion_mask
+                out += torch.exp((logp * mask).sum(1) / mask.sum(1)).nan_to_num(nan=0.0).tolist()
+        finally:
+            self.model.train(training)
         return out
 
     def samples(self, state: GameState, chosen: Sequence[ScoredRollout]) -> list[Sample]:
