@@ -326,9 +326,11 @@ class GRPOLearner(Learner):
 
     def train(self, state: GameState, rewards: RoundRewards) -> dict[str, float]:
         """One update (``update``), in turn with the other peers of this process on this device
-        (``TURNS``): they share its cores, so updating at once gains no speed, while each update's
-        activations (~0.8 GB for SmolLM2's 16-row micro-batches) would be held at once: adapter peers
-        of the demo's recipe peaked at 5.0 GB with 3 peers, 2.4 GB with 1."""
+        (``TURNS``): each update's activations (~0.8 GB for SmolLM2's 16-row micro-batches) would
+        otherwise be held at once: adapter peers of the demo's recipe peaked at 5.0 GB with 3 peers,
+        2.4 GB with 1. Where the peers' threads fill the cores (2 here) updating at once gains no
+        speed; on a machine with more cores than that, each update still runs on its peer's share of
+        threads while the others wait (a cost not measured: no such machine here)."""
         with TURNS.setdefault(str(self.device), threading.Lock()):
             return self.update(state, rewards)
 
