@@ -97,7 +97,7 @@ class LocalCoordinator(Coordinator):
             while not expected - self._left <= self._reporters.get(round, set()):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    missing = sorted(expected - self._left - self._reporters[round])
+                    missing = sorted(expected - self._left - self._reporters.get(round, set()))
                     log.info("round %d settles without a report from %s (waited %.0fs)", round, ", ".join(missing), self.settle_wait)
                     break
                 self._cond.wait(left)
