@@ -31,7 +31,7 @@ class Hide:
 
 @dataclass(frozen=True)
 class Late:
-    """In ``rounds``: commits and never reveals (``silent``), or posts both only after the deadline."""
+    """In ``rounds``: commits and never reveals (``silent``), or commits only after every honest peer's commit deadline passed."""
 
     rounds: frozenset[int]
     silent: bool

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
@@ -101,9 +100,9 @@ class HostileBackend(RiggedBackend):
             if s.late.silent and phase == "reveal":
                 self.done["silent reveals"] += 1
                 return RawExchange({}, 0)  # committed, never reveals
-            if not s.late.silent:
-                self.done["late posts"] += 1
-                time.sleep(timeout)  # past everyone's deadline
+            if not s.late.silent and phase == "commit":
+                self.done["late posts"] += 1  # after every honest peer's commit deadline, however loaded the machine
+                self.network.wait_passed(self.honest, round, stage, phase, limit=30 * timeout)
         if s.replay is not None and s.replay.payload and phase == "reveal":
             data = self._replayed_payload(round, stage, data)
         if s.fresh is not None:

@@ -28,10 +28,24 @@ class Network:
     faces: dict[Slot, bytes] = field(default_factory=dict)
     hidden: set[tuple[str, str, int]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    collected: set[tuple[str, int, int, Phase]] = field(default_factory=set)  # receiver, round, stage, phase: its deadline passed
+    changed: threading.Condition = field(default_factory=threading.Condition)
 
     def show(self, receiver: str, sender: str, round: int, stage: int, phase: Phase, data: bytes) -> None:
         with self.lock:
             self.faces[(receiver, sender, round, stage, phase)] = data
+
+    def passed(self, receiver: str, round: int, stage: int, phase: Phase) -> None:
+        """``receiver``'s collect for the slot returned: anything posted to it from now on is late for it."""
+        with self.changed:
+            self.collected.add((receiver, round, stage, phase))
+            self.changed.notify_all()
+
+    def wait_passed(self, receivers: Collection[str], round: int, stage: int, phase: Phase, limit: float) -> bool:
+        """Until every one of ``receivers`` has collected the slot (at most ``limit`` seconds): a
+        late post that is late whatever the load, not one that races the receivers' start."""
+        with self.changed:
+            return self.changed.wait_for(lambda: all((r, round, stage, phase) in self.collected for r in receivers), limit)
 
     def deliver(self, receiver: str, round: int, stage: int, phase: Phase, got: dict[str, bytes]) -> dict[str, bytes]:
         with self.lock:
@@ -50,4 +64,5 @@ class RiggedBackend(InMemoryBackend):
         self, round: int, stage: int, phase: Phase, data: bytes, timeout: float, wait_for: Collection[str] | None = None
     ) -> RawExchange:
         raw = super()._exchange_bytes(round, stage, phase, data, timeout, wait_for)
+        self.network.passed(self.peer_id, round, stage, phase)
         return RawExchange(self.network.deliver(self.peer_id, round, stage, phase, dict(raw.payloads)), raw.expected, raw.missing)
