@@ -99,6 +99,27 @@ def score_texts(tasks: Sequence[Any], texts: Sequence[str]) -> dict[str, dict[st
     return out
 
 
+FAILURES = ("right", "other_op", "wrong", "unstated")
+
+
+def failure_kinds(tasks: Sequence[Any], texts: Sequence[str]) -> dict[str, dict[str, int]]:
+    """op -> why each held-out answer is what it is (the decline's diagnosis, issue 46 item 3):
+    ``right``; ``other_op``: the first line states the result of another operation on the same
+    operands (a ``+`` specialist answering 4 * 7 with 11); ``wrong``: another number;
+    ``unstated``: the first line states nothing (an echo, words, a truncated expression)."""
+    from genrl_swarm.data.digits import solve
+    from genrl_swarm.rewards.reasoning import stated_answer
+
+    out = {op: dict.fromkeys(FAILURES, 0) for op in OPS}
+    for t, x in zip(tasks, texts):
+        a, op, b = t.prompt.split()[2], t.prompt.split()[3], t.prompt.split()[4].rstrip("?")
+        said = stated_answer(t, x)
+        others = {str(solve(int(a), o, int(b))) for o in OPS if o != op} - {t.answer}
+        kind = "unstated" if said is None else "right" if said == t.answer else "other_op" if said in others else "wrong"
+        out[op][kind] += 1
+    return out
+
+
 def greedy_texts(policy: Any, tasks: Sequence[Any]) -> list[str]:
     bodies = policy.act([t.input(0) for t in tasks], 0, greedy=True)
     return [policy.texts(b)[0] for b in bodies]
@@ -149,14 +170,18 @@ def play_arm(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | 
         held_out = managers[0].data.eval_tasks()
         before = score_texts(held_out, greedy_texts(managers[0].policy, held_out))  # every peer starts from these weights
         points: dict[int, dict[str, dict[str, dict[str, float]]]] = {}  # rounds -> peer -> scores
+        kinds: dict[int, dict[str, dict[str, dict[str, int]]]] = {}  # rounds -> peer -> op -> failure kind -> count
         rows: dict[str, dict[int, tuple[int, int, int]]] = {m.peer_id: {} for m in managers}  # peer -> round -> (groups, sequences, shortfall)
 
         def curve(m: Any, result: Any) -> None:
             done = result.round + 1
             if done == s.rounds or (s.every > 0 and done % s.every == 0):
-                sc = points.setdefault(done, {})[m.peer_id] = score_texts(held_out, greedy_texts(m.policy, held_out))
+                texts = greedy_texts(m.policy, held_out)
+                sc = points.setdefault(done, {})[m.peer_id] = score_texts(held_out, texts)
+                why = kinds.setdefault(done, {})[m.peer_id] = failure_kinds(held_out, texts)
                 print(
-                    f"  seed {seed} {arm} {m.peer_id} round {done}: {s.metric} {sc[s.metric]['all']:.3f}, lenient {sc['lenient']['all']:.3f}",
+                    f"  seed {seed} {arm} {m.peer_id} round {done}: {s.metric} {sc[s.metric]['all']:.3f}, lenient {sc['lenient']['all']:.3f}"
+                    f" | {json.dumps(why, separators=(',', ':'))}",
                     flush=True,
                 )  # a killed arm leaves its curve in the log
 
@@ -171,6 +196,7 @@ def play_arm(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | 
         "before": before,
         "after": curve_points[-1][1],
         "curve": [[r, sc[s.metric]["all"], sc["lenient"]["all"]] for r, sc in curve_points],
+        "failures": {r: kinds[r] for r in sorted(kinds)},  # rounds -> peer -> op -> kind -> count (failure_kinds)
         "train": {
             "groups_per_update": statistics.mean(g for g, _, _ in per_round) if per_round else 0.0,
             "sequences_per_update": statistics.mean(q for _, q, _ in per_round) if per_round else 0.0,

@@ -190,3 +190,12 @@ def test_the_curves_plot_every_arm_of_every_seed(tmp_path: Path) -> None:
     ]
     ev.plot_curves(records, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_failure_kinds_tell_another_operations_result_from_a_wrong_number_and_from_no_statement() -> None:
+    tasks = [make_task(4, "*", 7)] * 5 + [make_task(9, "-", 2)]
+    texts = ["4 * 7 = 28", "11", "4 * 7 = 11", "29", "4 * 7 is a product", "7"]
+    kinds = ev.failure_kinds(tasks, texts)
+    assert kinds["*"] == {"right": 1, "other_op": 2, "wrong": 1, "unstated": 1}
+    assert kinds["-"] == {"right": 1, "other_op": 0, "wrong": 0, "unstated": 0}
+    assert kinds["+"] == dict.fromkeys(ev.FAILURES, 0)
