@@ -109,3 +109,28 @@ def test_bytes_that_are_not_the_committed_adapter_are_refused() -> None:
     with pytest.raises(ValueError, match="does not fit"):
         receiver.sender_model(adapter_bytes(bigger.model), bigger.model_digest().adapter)
     assert all(torch.equal(v, loaded[k]) for k, v in adapter_state(model).items())  # nothing changed
+
+
+def test_a_senders_adapter_bytes_never_reach_the_safetensors_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every way in (slots written in place, slots that must be copied into, a peft model without
+    slots) loads through our reader; the library's loaders raise if anything calls them."""
+    import safetensors.torch
+
+    from genrl_swarm.paradigms.lm import model_digest
+
+    model = peer(4).model
+    tensors = {k: torch.randn_like(v) for k, v in model_digest.adapter_state(model).items()}
+    blob, digest = safetensors.torch.save(tensors), model_digest.tensors_digest(tensors)
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("the safetensors library read a sender's bytes")
+
+    monkeypatch.setattr(safetensors.torch, "load", refuse)
+    monkeypatch.setattr(safetensors.torch, "safe_open", refuse, raising=False)
+    slots = model_digest.adapter_slots(model)
+    assert slots is not None
+    strided = {k: torch.zeros(v.shape[::-1], dtype=v.dtype).t() if v.dim() == 2 else torch.zeros_like(v) for k, v in slots.items()}
+    for target, into in ((model, slots), (None, strided), (model, None)):
+        model_digest.load_adapter(target, blob, digest, into)
+    got = model_digest.adapter_state(model)
+    assert all(torch.equal(got[k], v) and torch.equal(strided[k], v) for k, v in tensors.items())

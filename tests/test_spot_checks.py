@@ -271,7 +271,8 @@ def test_edges_taken_a_few_rows_at_a_time_are_the_edges_of_all_rows_at_once(voca
 def test_an_adapter_is_hashed_and_loaded_from_its_own_bytes() -> None:
     """A receiver hashes a well-formed adapter's bytes where they lie and copies them into its
     slots (``model_digest._layout``): the digest and tensors are those of safetensors' own load; any
-    other bytes take the library's path (refused there when it refuses them)."""
+    other bytes are refused, and the library never reads them (the Standards: a stranger's bytes
+    reach no parser we did not write)."""
     from safetensors.torch import load, save
 
     from genrl_swarm.paradigms.lm import model_digest
@@ -304,5 +305,5 @@ def test_an_adapter_is_hashed_and_loaded_from_its_own_bytes() -> None:
         b"not safetensors",
     ):
         assert model_digest._layout(odd) is None
-    with pytest.raises(ValueError, match="not a safetensors"):
-        model_digest.load_adapter(None, blob[:-1], model_digest.tensors_digest(tensors), {k: torch.empty_like(v) for k, v in tensors.items()})
+        with pytest.raises(ValueError, match="not a safetensors"):
+            model_digest.load_adapter(None, odd, model_digest.tensors_digest(tensors), {k: torch.empty_like(v) for k, v in tensors.items()})

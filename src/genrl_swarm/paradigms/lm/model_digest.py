@@ -65,7 +65,7 @@ def tensors_digest(tensors: Mapping[str, torch.Tensor]) -> str:
 
 #: Where each tensor of a safetensors blob lies: name -> (dtype, shape, first byte, end).
 Layout = dict[str, tuple[torch.dtype, tuple[int, ...], int, int]]
-#: safetensors' dtype names of the tensors ``_layout`` reads in place (others take the library's path).
+#: safetensors' dtype names of the tensors ``_layout`` reads (an adapter of any other dtype is refused).
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32}
 
 
@@ -74,9 +74,9 @@ def _layout(blob: bytes) -> Layout | None:
     ``blob``; None unless ``blob`` is plainly well formed (a JSON header without repeated keys,
     tensors of known dtypes, each one's bytes exactly its shape's, the tensors tiling the data
     with no gap, overlap or excess; a little-endian host). Then ``load_adapter`` hashes the digest
-    from ``blob`` itself and copies the tensors from it into their slots: the bytes read are
-    those ``safetensors.torch.load`` makes tensors of, without the copy it makes first (3.7 ms
-    for a SmolLM2 adapter). Anything else takes the library's path, which refuses what it refuses."""
+    from ``blob`` itself and copies the tensors from it: the bytes read are those
+    ``safetensors.torch.load`` makes tensors of (tests check it on the library's own files).
+    Anything else is refused: the library never reads a stranger's bytes."""
     if sys.byteorder != "little" or len(blob) < 9 or blob[8:9] != b"{":
         return None
     size = int.from_bytes(blob[:8], "little")
@@ -162,26 +162,34 @@ def adapter_slots(model: Any) -> dict[str, torch.Tensor] | None:
 def load_adapter(model: Any, blob: bytes, digest: str, slots: dict[str, torch.Tensor] | None = None) -> None:
     """Set ``model``'s adapter to ``blob``'s tensors, if and only if they hash to ``digest`` and
     fit the adapter ``model`` has (names, shapes, dtypes); ValueError otherwise, ``model`` unchanged.
-    ``slots``: ``model``'s ``adapter_slots``, when the caller keeps them (written in place)."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load
+    ``slots``: ``model``'s ``adapter_slots``, when the caller keeps them (written in place).
 
+    A sender's bytes are read by ``_layout`` alone, never by the safetensors library: a stranger's
+    bytes reach no parser we did not write (what it refuses, or anything not plainly well formed,
+    is refused here). Honest adapters are ``adapter_bytes``, which it always reads."""
     if len(blob) > MAX_ADAPTER_BYTES:
         raise ValueError(f"an adapter of {len(blob)} bytes, more than {MAX_ADAPTER_BYTES}")
-    layout = _layout(blob) if slots is not None and all(t.is_contiguous() and t.device.type == "cpu" for t in slots.values()) else None
-    if layout is not None and slots is not None:
-        _load_in_place(blob, layout, digest, slots)
-        return
-    try:
-        tensors = load(blob)
-    except Exception as e:  # safetensors raises its own error types on malformed bytes
-        raise ValueError(f"not a safetensors adapter: {e}") from e
-    if tensors_digest(tensors) != digest:
+    layout = _layout(blob)
+    if layout is None:
+        raise ValueError("not a safetensors adapter this reader accepts (plainly well formed, known dtypes, a little-endian host)")
+    view = memoryview(blob)
+    h = hashlib.sha256()
+    for name in sorted(layout):  # what ``tensors_digest`` of the loaded tensors hashes, in the same order
+        dtype, shape, first, end = layout[name]
+        h.update(_head(name, dtype, shape))
+        h.update(view[first:end])
+    if h.hexdigest() != digest:
         raise ValueError("the adapter's bytes do not hash to the digest committed")
     own = slots if slots is not None else adapter_state(model)
-    if own.keys() != tensors.keys() or any(own[k].shape != tensors[k].shape or own[k].dtype != tensors[k].dtype for k in own):
+    if own.keys() != layout.keys() or any(own[k].shape != layout[k][1] or own[k].dtype != layout[k][0] for k in own):
         raise ValueError("the adapter does not fit this model's adapter (names, shapes or dtypes differ)")
+    if slots is not None and all(t.is_contiguous() and t.device.type == "cpu" for t in slots.values()):
+        _write_in_place(blob, layout, slots)
+        return
+    tensors = {name: _tensor(blob, entry) for name, entry in layout.items()}
     if slots is None:
+        from peft import set_peft_model_state_dict
+
         set_peft_model_state_dict(model, tensors)
         return
     with torch.no_grad():
@@ -189,23 +197,17 @@ def load_adapter(model: Any, blob: bytes, digest: str, slots: dict[str, torch.Te
             slots[name].copy_(tensor)
 
 
-def _load_in_place(blob: bytes, layout: Layout, digest: str, slots: dict[str, torch.Tensor]) -> None:
-    """``load_adapter`` of a ``_layout``-read ``blob`` into ``slots``: the digest hashed from the
-    blob's own bytes (what ``tensors_digest`` of the loaded tensors hashes, in the same order),
-    then each tensor copied from the blob into its slot; the same checks in the same order, so the
-    same errors. SmolLM2's adapter (420 tensors, 9.8 MB), one thread on a loaded 2-core Xeon
-    (2026-11-28): 15.8 ms through the library's load, 11.4 this way, of which the SHA-256 ~6.5 and
-    the copy 2.5."""
-    view = memoryview(blob)
-    h = hashlib.sha256()
-    for name in sorted(layout):
-        dtype, shape, first, end = layout[name]
-        h.update(_head(name, dtype, shape))
-        h.update(view[first:end])
-    if h.hexdigest() != digest:
-        raise ValueError("the adapter's bytes do not hash to the digest committed")
-    if slots.keys() != layout.keys() or any(slots[k].shape != layout[k][1] or slots[k].dtype != layout[k][0] for k in slots):
-        raise ValueError("the adapter does not fit this model's adapter (names, shapes or dtypes differ)")
+def _tensor(blob: bytes, entry: tuple[torch.dtype, tuple[int, ...], int, int]) -> torch.Tensor:
+    """A copy of one ``_layout`` entry's bytes as its tensor."""
+    dtype, shape, first, end = entry
+    raw = numpy.frombuffer(blob, numpy.uint8, end - first, first).copy()
+    return torch.from_numpy(raw).view(dtype).reshape(shape)
+
+
+def _write_in_place(blob: bytes, layout: Layout, slots: dict[str, torch.Tensor]) -> None:
+    """Each tensor copied from ``blob`` into its slot, without the copy a loader makes first.
+    SmolLM2's adapter (420 tensors, 9.8 MB), one thread on a loaded 2-core Xeon (2026-11-28):
+    15.8 ms through the library's load, 11.4 this way, of which the SHA-256 ~6.5 and the copy 2.5."""
     for name, (_, _, first, end) in layout.items():
         if end > first:  # numpy reads the read-only bytes without a copy (torch.frombuffer warns on them)
             slots[name].detach().reshape(-1).view(torch.uint8).numpy()[:] = numpy.frombuffer(blob, numpy.uint8, end - first, first)
