@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,12 +81,15 @@ def test_an_lm_policy_on_a_cpu_keeps_freed_memory() -> None:
     assert out.returncode == 0 and out.stdout.split()[-1] == "True", out.stderr[-2000:]
 
 
-def test_the_recipe_check_sets_one_heap_before_any_peer_thread_allocates() -> None:
+@pytest.mark.parametrize(("peers_here", "one_heap"), [(3, True), (1, False)])
+def test_the_recipe_check_sets_one_heap_before_the_in_process_peers_allocate(peers_here: int, one_heap: bool) -> None:
     """glibc gives a thread a heap of its own at its first allocation, and each keeps what it
     freed: in-process peers (threads) each held an update's freed activations (3 SmolLM2 adapter
     peers of the demo peaked at 5.0 GB; one heap, set in the recipe check before any peer is
     built, and updates taking turns: 3.3 GB). So the check (``LMPolicy.preflight``, run in the
-    main thread before peers are built) sets the heap, one arena included."""
+    main thread before peers are built) sets the heap, one arena included when the process hosts
+    several peers; a process of one peer keeps glibc's arenas (its transport's threads allocate
+    beside it)."""
     code = (
         "import ctypes; calls = []\n"
         "from genrl_swarm.paradigms.lm import heap; from genrl_swarm.paradigms.lm.policy import LMPolicy\n"
@@ -95,9 +99,23 @@ def test_the_recipe_check_sets_one_heap_before_any_peer_thread_allocates() -> No
         "        argtypes = restype = None\n"
         "        def __new__(cls, param, value): calls.append((param, value)); return 1\n"
         "ctypes.CDLL = Libc\n"
-        "LMPolicy.preflight({'model': 'tiny-random', 'device': 'cpu'}); print(heap._done, calls)"
+        f"LMPolicy.preflight({{'model': 'tiny-random', 'device': 'cpu'}}, {peers_here}); print(heap._done, calls)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=untuned())
     assert out.returncode == 0, out.stderr[-2000:]
     done, calls = out.stdout.strip().splitlines()[-1].split(" ", 1)
-    assert done == "True" and f"({heap.M_ARENA_MAX}, 1)" in calls, out.stdout
+    assert done == "True" and f"({heap.M_TRIM_THRESHOLD}, {heap.KEEP})" in calls, out.stdout
+    assert (f"({heap.M_ARENA_MAX}, 1)" in calls) == one_heap, out.stdout
+
+
+def test_the_launcher_tells_the_recipe_check_how_many_peers_this_process_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from genrl_swarm.config import load_recipe
+    from genrl_swarm.run import launcher
+
+    seen: list[int] = []
+    monkeypatch.setattr(launcher, "preflight", lambda spec, peers_here=1: seen.append(peers_here))
+    for peers in (3, 1):
+        overrides = [f"swarm.num_peers={peers}", "game.max_rounds=1", f"run.dir={tmp_path / str(peers)}", "run.console=false"]
+        managers, _ = launcher.build_managers(load_recipe("bandit", overrides))
+        launcher.run_managers(managers)
+    assert seen == [3, 1]

@@ -72,11 +72,12 @@ def build_managers(
     game, swarm, run, trust = recipe.game, recipe.swarm, recipe.run, recipe.trust
     comm_cls = _transport(spec)
     _make_run_dir(run)
-    preflight(spec)  # a model that cannot load fails here, once, before any peer loads one
     try:  # torch threads for each peer hosted here
-        budget = budget_for(comm_cls.peers_in_process(swarm.num_peers), run.threads)
+        peers_here = comm_cls.peers_in_process(swarm.num_peers)
+        budget = budget_for(peers_here, run.threads)
     except ValueError as e:
         raise RecipeError(str(e)) from e
+    preflight(spec, peers_here)  # a model that cannot load fails here, once, before any peer loads one
     comms = _spawn(comm_cls, swarm.num_peers, {k: v for k, v in spec["communication"].items() if k != "_target_"}, stream)
     coord_cls = import_target(spec["coordinator"]["_target_"], "coordinator._target_")
     shared = instantiate(spec["coordinator"], "coordinator") if getattr(coord_cls, "shared_per_process", True) else None

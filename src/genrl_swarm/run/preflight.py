@@ -3,7 +3,8 @@
 Why. A process builds its peers one after another, each loading its own model; a model that
 cannot load (a typo in ``policy.model``, a directory without weights) used to surface only after
 every peer had tried, minutes in, as one traceback per peer. A component class may define
-``preflight(arguments)`` (a classmethod taking its recipe section's arguments) that raises what
+``preflight(arguments, peers_here)`` (a classmethod taking its recipe section's arguments and
+the number of peers this process hosts) that raises what
 its constructor would, cheaply: ``LMPolicy.preflight`` checks that the model resolves and holds
 a config, a tokenizer and weights. The launcher calls it for every section before it builds any.
 """
@@ -22,12 +23,13 @@ class Preflighted(Protocol):
     """A component class that can check its arguments before it is built."""
 
     @classmethod
-    def preflight(cls, arguments: Mapping[str, Any]) -> None: ...
+    def preflight(cls, arguments: Mapping[str, Any], peers_here: int = 1) -> None: ...
 
 
-def preflight(spec: Mapping[str, Any]) -> None:
+def preflight(spec: Mapping[str, Any], peers_here: int = 1) -> None:
     """``preflight`` of each recipe section's component class that defines one, and the
-    libraries ``run.loggers`` names (a tracker not installed)."""
+    libraries ``run.loggers`` names (a tracker not installed). ``peers_here``: the peers this
+    process hosts (a process-wide setting may depend on it: ``lm.heap``)."""
     if (rule := missing(spec.get("run", {}).get("loggers", ()))) is not None:
         raise RecipeError(f"run.loggers: {rule}")
     for section, node in spec.items():
@@ -35,4 +37,4 @@ def preflight(spec: Mapping[str, Any]) -> None:
             continue
         target = import_target(node["_target_"], f"{section}._target_")
         if isinstance(target, type) and isinstance(target, Preflighted):
-            target.preflight({k: v for k, v in node.items() if k != "_target_"})
+            target.preflight({k: v for k, v in node.items() if k != "_target_"}, peers_here)

@@ -62,9 +62,9 @@ class AgentPolicy(LMPolicy):
         self._prompts: dict[str, tuple[int, ...]] = {}  # input digest -> the prompt ids this peer built
 
     @classmethod
-    def preflight(cls, arguments: Mapping[str, Any]) -> None:
+    def preflight(cls, arguments: Mapping[str, Any], peers_here: int = 1) -> None:
         """The model, and the other policies' models when cross-policy sampling is on."""
-        super().preflight(arguments)
+        super().preflight(arguments, peers_here)
         cross = arguments.get("cross_policy") or {}
         for other in cross.get("models", ()) if cross.get("enabled") else ():
             check_model(str(other))

@@ -20,12 +20,15 @@ decode step plus draw (4 alternating pairs of processes) is inside this machine'
 (0.89-1.21x). Cost: up to ``KEEP`` of freed memory stays
 resident.
 
-One heap for the whole process (``ARENAS``): glibc gives threads that allocate at once heaps
-of their own, and each keeps what it freed. In-process peers are threads, so every peer held
+One heap for a process that hosts several peers (``ARENAS``, ``one_heap``): glibc gives threads
+that allocate at once heaps of their own, and each keeps what it freed. In-process peers are
+threads, so every peer held
 its own copy of an update's freed activations (~0.8 GB for SmolLM2's 16-row micro-batches): 3
 adapter peers of the demo's recipe peaked at 5.0 GB, 1 peer at 2.4 GB. With one heap (and
 updates taking turns, ``GRPOLearner.train``), the peers reuse the same pages: 3.4 GB
-(2026-11-28, 2 cores, load 6-7, ``OMP_NUM_THREADS=1``).
+(2026-11-28, 2 cores, load 6-7, ``OMP_NUM_THREADS=1``). A process of one peer (a torchrun rank,
+a HiveMind peer) keeps glibc's arenas: its other threads (transport, scoring) allocate beside
+the peer's without waiting on one heap's lock.
 
 Only glibc has ``mallopt``; elsewhere (musl, macOS) nothing changes. Left alone when the user
 chose an allocator: any ``MALLOC_*`` tunable of glibc in the environment, ``GLIBC_TUNABLES``, a
@@ -53,6 +56,7 @@ ARENAS = 1  # heaps the process's threads share
 _PRELOADED = ("jemalloc", "tcmalloc", "mimalloc")
 OFF = frozenset({"default", "off", "0", "false", "no", "none"})  # GENRL_SWARM_HEAP values that leave malloc alone
 _done: bool | None = None  # what the first call decided: the setting is process-wide
+_shared: bool | None = None  # whether the process's threads were given one heap (``one_heap``)
 
 
 def users_choice(env: Mapping[str, str]) -> str | None:
@@ -67,16 +71,22 @@ def users_choice(env: Mapping[str, str]) -> str | None:
     return None
 
 
-def keep_freed_memory() -> bool:
-    """Keep freed memory in this process's heap (decided once: the setting is process-wide).
-    True if glibc took the setting."""
-    global _done
+def keep_freed_memory(one_heap: bool = False) -> bool:
+    """Keep freed memory in this process's heap (decided once: the setting is process-wide);
+    ``one_heap``: the process hosts several peers, whose threads then share one heap (only
+    effective before they first allocate). True if glibc took the setting."""
+    global _done, _shared
     if _done is None:
-        _done = _apply()
+        _done = _apply(((M_TRIM_THRESHOLD, KEEP), (M_MMAP_THRESHOLD, MMAP_FROM)))
+        log.debug("heap: freed memory kept (blocks under %d MB, %d MB at the top): %s", MMAP_FROM >> 20, KEEP >> 20, _done)
+    if one_heap and _shared is None:
+        _shared = _apply(((M_ARENA_MAX, ARENAS),))
+        log.debug("heap: the in-process peers share %d heap(s): %s", ARENAS, _shared)
     return _done
 
 
-def _apply() -> bool:
+def _apply(settings: tuple[tuple[int, int], ...]) -> bool:
+    """glibc's ``mallopt`` of each (parameter, value); False when the user chose the allocator or it is not glibc."""
     if (reason := users_choice(os.environ)) is not None:
         log.debug("heap: left to the allocator's settings (%s)", reason)
         return False
@@ -85,7 +95,5 @@ def _apply() -> bool:
     except (OSError, AttributeError):  # not glibc
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    results = [mallopt(param, value) for param, value in ((M_TRIM_THRESHOLD, KEEP), (M_MMAP_THRESHOLD, MMAP_FROM), (M_ARENA_MAX, ARENAS))]
-    kept = all(results)  # each is set whatever another returned
-    log.debug("heap: freed memory kept (blocks under %d MB, %d MB at the top): %s", MMAP_FROM >> 20, KEEP >> 20, kept)
-    return kept
+    results = [mallopt(param, value) for param, value in settings]  # each is set whatever another returned
+    return all(results)

@@ -161,12 +161,13 @@ class LMPolicy(Policy):
         self._scratch_terms: tuple[LayerTerms, ...] | None = None  # its LoRA terms (lm.adapters.terms), read from those tensors
 
     @classmethod
-    def preflight(cls, arguments: Mapping[str, Any]) -> None:
+    def preflight(cls, arguments: Mapping[str, Any], peers_here: int = 1) -> None:
         """Fail before any peer loads when ``model`` cannot load (``run/preflight.py``). On a CPU,
         set the process's heap (``lm.heap``) here, before any peer's thread allocates: glibc gives a
-        thread its heap at its first allocation, and one heap for the peers is set only before."""
+        thread its heap at its first allocation, and one heap for ``peers_here`` > 1 in-process
+        peers is set only before."""
         if pick_device(str(arguments.get("device", "auto"))).type == "cpu":
-            heap.keep_freed_memory()
+            heap.keep_freed_memory(one_heap=peers_here > 1)
         check_model(str(arguments.get("model", SMOLLM2)))
 
     # ------------------------------------------------------------------ prompts
