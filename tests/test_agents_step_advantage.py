@@ -164,6 +164,21 @@ def test_select_is_the_shared_sapo_draw_with_the_sender_cap(policy: LMPolicy) ->
         assert not any(s.rollout.peer_id.startswith("f") and s.rollout.peer_id != "flooder" for s in external)
 
 
+def test_sybil_ids_sending_poor_episodes_do_not_crowd_out_a_better_one(policy: LMPolicy) -> None:
+    """Competing swarm episodes are ranked by their gain over this peer's own mean for the task
+    group (``episode_gains``), so 9 ids each sending a legal, informative, zero-reward episode get
+    no slot the honest sender's better episode could take. With senders taking turns the honest
+    episode was drawn in about 2 of 10 draws."""
+    own = [ScoredRollout(Rollout("me", 0, 0, episode(e)), (r,)) for e, r in zip(EPISODES, REWARDS)]  # mean 0.5
+    sybils = [ScoredRollout(Rollout(f"sybil-{i}", 0, 0, episode(EPISODES[2])), (0.0,)) for i in range(9)]
+    honest = ScoredRollout(Rollout("honest", 0, 0, episode(EPISODES[1])), (1.0,))
+    state = GameState(0, "me", by_id("A"))
+    for seed in range(20):
+        learner = AgentLearner(policy, {"num_external": 2}, seed=seed)
+        chosen = learner.select(state, RoundRewards(0, tuple(own + sybils + [honest])))
+        assert honest in chosen[len(own) :], seed
+
+
 def test_swarm_rows_get_the_swarm_cap(policy: LMPolicy) -> None:
     """Rows from another peer's episode are marked ``swarm`` (their claimed log-probs capped)."""
     mine = [ScoredRollout(Rollout("me", 0, 0, episode(e)), (r,)) for e, r in zip(EPISODES[:2], REWARDS[:2])]
