@@ -71,9 +71,14 @@ class Settings:
     shaping: float = 0.0  # lenient_weight of the training reward (the calibration's fallback: 0.5)
     metric: str = "stated"  # the primary metric and the training reward's answer rule (amendment 2)
     swarm_weight_bound: bool = False  # every swarm token weighs 1, as in the pilot (amendment 3)
+    beta: float = 0.0  # KL weight to the starting model (grpo.beta); 0 in every registered arm
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        """A digest of the settings; a field added after records were made counts only when it is
+        not its default, so those records keep their key."""
+        later = {"beta": 0.0}
+        kept = {k: v for k, v in asdict(self).items() if k not in later or v != later[k]}
+        return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------------------- scoring
@@ -155,7 +160,7 @@ def overrides(s: Settings, seed: int, arm: str, out: str, peers: int = len(OPS))
         f"policy.model={s.model}", f"policy.sampling.max_new_tokens={s.max_new_tokens}",
         f"policy.sampling.num_generations={s.generations}", f"learner.grpo.learning_rate={s.lr}",
         f"learner.grpo.num_local={local}", f"learner.grpo.num_external={external}", *reward,
-        f"++learner.grpo.swarm_weight_bound={s.swarm_weight_bound}",
+        f"++learner.grpo.swarm_weight_bound={s.swarm_weight_bound}", f"++learner.grpo.beta={s.beta}",
     ]  # fmt: skip
 
 
@@ -473,7 +478,7 @@ def analyze(records: Sequence[dict[str, Any]], s: Settings | None = None) -> Non
           f"{max(r['peak_rss_mb'] for r in records):.0f} MB")  # fmt: skip
     primary = paired([r["diff"]["sharing-isolated"] for r in records])
     registered = tuple(seeds) == PREREGISTERED_SEEDS and s.model == SMOLLM2 and (s.rounds, s.tasks, s.generations, s.eval_size) == (8, 4, 8, 96)
-    registered = registered and s.metric == "stated" and not s.swarm_weight_bound
+    registered = registered and s.metric == "stated" and not s.swarm_weight_bound and s.beta == 0.0
     if registered:
         print(f"pre-registered verdict: {verdict(primary, s.rounds, s.metric)}")
     else:
@@ -587,6 +592,7 @@ def main() -> None:
     p.add_argument("--rows-factor", type=int, default=2, help="arm C's questions per round, as a multiple of --tasks")
     p.add_argument("--shaping", type=float, default=0.0, help="lenient_weight of the training reward (0: the metric only)")
     p.add_argument("--metric", default="stated", choices=("stated", "exact"), help="the primary metric and the training reward's answer rule")
+    p.add_argument("--beta", type=float, default=0.0, help="exploratory: KL weight to the starting model (grpo.beta)")
     p.add_argument("--swarm-weight-bound", action="store_true", help="bound swarm tokens' weight (grpo.swarm_weight_bound; off as in the pilot)")
     p.add_argument("--arms", default=",".join(ARMS), help="exploratory runs only: a subset of the arms (a seed's record needs all three)")
     p.add_argument("--retries", type=int, default=1, help="reruns of a failed arm before stopping")
@@ -612,6 +618,7 @@ def main() -> None:
         "shaping",
         "metric",
         "swarm_weight_bound",
+        "beta",
     )
     s = Settings(**{f: getattr(a, f) for f in fields})
     if a.plot:
