@@ -147,3 +147,34 @@ def test_no_external_share_values_nothing_and_a_nan_reward_never_outranks_a_gain
         group(policy, task, "good", [greedy(policy, task), (96,)], (0.9, 0.0)),
     ]
     assert [v[0] for v in learner.swarm_values(swarm, [own])] == [0.1, 0.0, 0.9]
+
+
+def test_only_groups_at_the_last_slots_gain_are_read_and_at_most_room_of_them_per_sender() -> None:
+    from genrl_swarm.paradigms.lm.swarm_value import at_the_cut
+
+    gain = [0.9, 0.5, 0.5, 0.5, 0.2, 0.0, 0.5]
+    senders = ["a", "b", "b", "b", "c", "d", "c"]
+    assert at_the_cut(gain, senders, room=2) == [1, 2, 6]  # 0.9 is drawn whatever; 0.5 fills the last slot
+    assert at_the_cut(gain, senders, room=1) == [0]
+    assert at_the_cut([0.9, 0.9, 0.5], ["a", "a", "b"], room=2) == [0, 1]
+    assert at_the_cut([0.9, 0.9, 0.5], ["a", "a", "b"], room=2, cap=1) == [0, 1, 2]  # a keeps one: b's 0.5 is the last slot
+    assert at_the_cut(gain, senders, room=9) == []  # room for every group with a gain: the last slot's gain is 0
+    assert at_the_cut([0.0, 0.0], ["a", "b"], room=1) == [] and at_the_cut(gain, senders, room=0) == []
+
+
+def test_a_sender_of_many_groups_at_the_cut_costs_the_receiver_at_most_room_openings(
+    policy: LMPolicy, task: StageInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The valuation's forward is bounded per sender: a flooder sending 40 groups as good as the
+    honest ones (the same gain) has at most ``num_external`` of them read, and its others rank
+    after every group that was read."""
+    learner = GRPOLearner(policy, {"num_external": 3}, seed=0)
+    read: list[str] = []
+    forward = learner.closeness
+    monkeypatch.setattr(learner, "closeness", lambda groups: read.extend(g.rollout.peer_id for g in groups) or forward(groups))
+    own = group(policy, task, "me", [greedy(policy, task), (99,)], (0.0, 0.0))
+    flood = [group(policy, task, "flooder", [(30 + i,), (99,)], (1.0, 0.0)) for i in range(40)]
+    honest = [group(policy, task, f"honest-{i}", [greedy(policy, task), (98,)], (1.0, 0.0)) for i in range(2)]
+    chosen = chosen_senders(learner, own, flood + honest)
+    assert read.count("flooder") == 3 and read.count("honest-0") == read.count("honest-1") == 1
+    assert len(chosen) == 3 and {"honest-0", "honest-1"} <= set(chosen)

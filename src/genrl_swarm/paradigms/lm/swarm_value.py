@@ -26,9 +26,14 @@ mean ~0.5) beat honest groups holding the target (~0.2), 3 ids costing 10.6% +- 
 decimals, so rewards that differ only by rounding tie and closeness decides. To take a slot from an
 honest group a sender has to send a better-scoring completion, or an equally good one this peer
 finds likelier, that is, what this peer would learn from anyway; sending it from more ids only
-wins exact ties. Not covered: the forward's cost grows with the competing groups (ids x tasks),
-and it is not charged to their senders' budgets; for a prompt this peer did not answer the gain is
-against its round mean, across prompts of other difficulty.
+wins exact ties.
+
+The forward runs only where closeness can change the draw (``at_the_cut``): over the groups whose
+gain is the gain of the last slot, at most ``room`` of them per sender. Groups above it are drawn
+whatever their closeness and groups below it never are, so a sender's cost to the receiver is at
+most ``room`` openings a round however many groups or ids it sends them from (each id is a sender;
+ids are bounded by the swarm's admissions). Not covered: for a prompt this peer did not answer the
+gain is against its round mean, across prompts of other difficulty.
 """
 
 from __future__ import annotations
@@ -43,6 +48,28 @@ from genrl_swarm.core import ScoredRollout
 OPENING = 32
 #: Decimals gains are compared to (see the module docstring).
 GAIN_DIGITS = 6
+
+
+def at_the_cut(gain: Sequence[float], senders: Sequence[str], room: int, cap: int = 0) -> list[int]:
+    """The candidates whose closeness can change a draw of ``room`` groups (``cap``: at most that
+    many from one sender, 0: no cap): those with a positive gain equal to the last slot's, or to
+    the last of a capped sender's own groups that could be drawn, at most ``room`` per sender (the
+    first it sent). Above those gains a group is drawn and below them never, whatever its closeness."""
+    if room <= 0:
+        return []
+    by_sender: dict[str, list[int]] = {}
+    for i in sorted(range(len(gain)), key=lambda i: -gain[i]):
+        by_sender.setdefault(senders[i], []).append(i)
+    ranked = sorted((gain[i] for ids in by_sender.values() for i in ids[: cap or None]), reverse=True)
+    cut = ranked[min(room, len(ranked)) - 1] if ranked else 0.0
+    capped = {sender: gain[ids[cap - 1]] for sender, ids in by_sender.items() if 0 < cap < len(ids)}
+    taken: dict[str, int] = {}
+    rows = []
+    for i, (g, sender) in enumerate(zip(gain, senders)):
+        if g > 0 and (g == cut or (g == capped.get(sender) and g >= cut)) and taken.get(sender, 0) < room:
+            taken[sender] = taken.get(sender, 0) + 1
+            rows.append(i)
+    return rows
 
 
 def prompt_of(group: ScoredRollout) -> tuple[int, str]:
