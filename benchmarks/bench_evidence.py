@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -125,6 +126,18 @@ def failure_kinds(tasks: Sequence[Any], texts: Sequence[str]) -> dict[str, dict[
     return out
 
 
+def top_answers(tasks: Sequence[Any], texts: Sequence[str], k: int = 3) -> list[tuple[str, int]]:
+    """The ``k`` answers the first lines state most often (None: nothing stated), with counts: a
+    policy collapsed onto one answer shows here."""
+    from genrl_swarm.rewards.reasoning import stated_answer
+
+    return Counter(str(stated_answer(t, x)) for t, x in zip(tasks, texts)).most_common(k)
+
+
+#: What each update reports (``GRPOLearner.train``) that the arm keeps per peer and round.
+UPDATE_KEYS = ("train/sequences", "train/grad_norm", "train/is_weight_mean", "train/clip_frac", "train/kl", "train/loss")
+
+
 def greedy_texts(policy: Any, tasks: Sequence[Any]) -> list[str]:
     bodies = policy.act([t.input(0) for t in tasks], 0, greedy=True)
     return [policy.texts(b)[0] for b in bodies]
@@ -176,14 +189,18 @@ def play_arm(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | 
         before = score_texts(held_out, greedy_texts(managers[0].policy, held_out))  # every peer starts from these weights
         points: dict[int, dict[str, dict[str, dict[str, float]]]] = {}  # rounds -> peer -> scores
         kinds: dict[int, dict[str, dict[str, dict[str, int]]]] = {}  # rounds -> peer -> op -> failure kind -> count
+        answers: dict[int, dict[str, list[tuple[str, int]]]] = {}  # rounds -> peer -> its commonest stated answers
+        updates: dict[str, list[list[float]]] = {m.peer_id: [] for m in managers}  # peer -> [round, *UPDATE_KEYS]
         rows: dict[str, dict[int, tuple[int, int, int]]] = {m.peer_id: {} for m in managers}  # peer -> round -> (groups, sequences, shortfall)
 
         def curve(m: Any, result: Any) -> None:
             done = result.round + 1
+            updates[m.peer_id].append([float(done), *(float(result.metrics.get(k, float("nan"))) for k in UPDATE_KEYS)])
             if done == s.rounds or (s.every > 0 and done % s.every == 0):
                 texts = greedy_texts(m.policy, held_out)
                 sc = points.setdefault(done, {})[m.peer_id] = score_texts(held_out, texts)
                 why = kinds.setdefault(done, {})[m.peer_id] = failure_kinds(held_out, texts)
+                answers.setdefault(done, {})[m.peer_id] = top_answers(held_out, texts)
                 print(
                     f"  seed {seed} {arm} {m.peer_id} round {done}: {s.metric} {sc[s.metric]['all']:.3f}, lenient {sc['lenient']['all']:.3f}"
                     f" | {json.dumps(why, separators=(',', ':'))}",
@@ -202,6 +219,8 @@ def play_arm(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | 
         "after": curve_points[-1][1],
         "curve": [[r, sc[s.metric]["all"], sc["lenient"]["all"]] for r, sc in curve_points],
         "failures": {r: kinds[r] for r in sorted(kinds)},  # rounds -> peer -> op -> kind -> count (failure_kinds)
+        "answers": {r: answers[r] for r in sorted(answers)},  # rounds -> peer -> commonest stated answers (top_answers)
+        "updates": {"keys": ["round", *UPDATE_KEYS], **updates},  # per peer and round, what its update reported
         "train": {
             "groups_per_update": statistics.mean(g for g, _, _ in per_round) if per_round else 0.0,
             "sequences_per_update": statistics.mean(q for _, q, _ in per_round) if per_round else 0.0,
