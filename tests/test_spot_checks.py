@@ -13,6 +13,7 @@ draws (``lm.verify``).
 from __future__ import annotations
 
 import copy
+import json
 import math
 import random
 from dataclasses import replace
@@ -268,6 +269,11 @@ def test_edges_taken_a_few_rows_at_a_time_are_the_edges_of_all_rows_at_once(voca
         assert torch.equal(given, logits) != overwrite  # only an overwrite writes into the caller's logits
 
 
+def header_blob(header: dict[str, object], data: bytes = b"") -> bytes:
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + data
+
+
 def test_an_adapter_is_hashed_and_loaded_from_its_own_bytes() -> None:
     """A receiver hashes a well-formed adapter's bytes where they lie and copies them into its
     slots (``model_digest._layout``): the digest and tensors are those of safetensors' own load; any
@@ -303,6 +309,11 @@ def test_an_adapter_is_hashed_and_loaded_from_its_own_bytes() -> None:
         blob[:8] + repeated + blob[8 + size :],  # a name twice
         blob[:8] + header.replace(b'"F32"', b'"F8_E4M3"', 1) + blob[8 + size :],  # a dtype read only by the library
         b"not safetensors",
+        header_blob({"w": {"dtype": "F32", "shape": [10**4000] * 500 + [0], "data_offsets": [0, 0]}}),  # a product that takes seconds
+        header_blob({"w": {"dtype": "F32", "shape": [0, 2**64], "data_offsets": [0, 0]}}),  # a dimension past 64 bits
+        header_blob({"w": {"dtype": "F32", "shape": [1] * 9, "data_offsets": [0, 4]}}, b"\0" * 4),  # more dimensions than an adapter has
+        (8).to_bytes(8, "little") + '{"a":1}'.encode("utf-16-le")[:8],  # not UTF-8 (json.loads of bytes would guess UTF-16)
+        len(deep := b'{"a":' + b"[" * 200_000 + b"]" * 200_000 + b"}").to_bytes(8, "little") + deep,  # nested past the stack
     ):
         assert model_digest._layout(odd) is None
         with pytest.raises(ValueError, match="not a safetensors"):

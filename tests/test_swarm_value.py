@@ -178,3 +178,41 @@ def test_a_sender_of_many_groups_at_the_cut_costs_the_receiver_at_most_room_open
     chosen = chosen_senders(learner, own, flood + honest)
     assert read.count("flooder") == 3 and read.count("honest-0") == read.count("honest-1") == 1
     assert len(chosen) == 3 and {"honest-0", "honest-1"} <= set(chosen)
+
+
+def drawn(groups: list[ScoredRollout], values: list[tuple[float, float]], room: int, cap: int, seed: int) -> set[int]:
+    """The indices ``draw_external`` draws when group i is worth ``values[i]``."""
+    index = {id(g): i for i, g in enumerate(groups)}
+    chosen = draw_external(groups, room, random.Random(seed), cap, lambda g: True, lambda gs: [values[index[id(g)]] for g in gs])
+    return {index[id(g)] for g in chosen}
+
+
+def test_reading_only_the_groups_at_the_cut_draws_what_reading_every_group_draws(policy: LMPolicy, task: StageInput) -> None:
+    """A property over random draws (gains on a coarse grid, so ties are common; caps on and off):
+    closeness read for every group with a gain (as before) and read only ``at_the_cut`` give the same draw
+    whenever no sender has more than ``room`` groups at one gain (a flooder's others rank after)."""
+    from genrl_swarm.paradigms.lm.swarm_value import at_the_cut
+
+    rng, checked = random.Random(0), 0
+    for case in range(3000):
+        n, room, cap = rng.randint(1, 9), rng.randint(1, 4), rng.choice([0, 0, 1, 2])
+        gain = [rng.choice([0.0, 0.5, 0.9]) for _ in range(n)]
+        senders = [f"s{rng.randint(0, 3)}" for _ in range(n)]
+        close = [rng.random() for _ in range(n)]
+        if any(sum(1 for j in range(n) if (senders[j], gain[j]) == (senders[i], gain[i])) > room for i in range(n)):
+            continue
+        groups = [group(policy, task, senders[i], [(i + 1,)], (gain[i],)) for i in range(n)]
+        read = set(at_the_cut(gain, senders, room, cap))
+        full = drawn(groups, [(g, c if g > 0 else 0.0) for g, c in zip(gain, close)], room, cap, case)  # every group with a gain read
+        part = drawn(groups, [(g, c if i in read else 0.0) for i, (g, c) in enumerate(zip(gain, close))], room, cap, case)
+        assert full == part, (gain, senders, room, cap, sorted(read))
+        checked += 1
+    assert checked > 1000
+
+
+def test_a_group_without_a_finite_reward_gains_nothing_even_against_negative_rewards(policy: LMPolicy, task: StageInput) -> None:
+    from genrl_swarm.paradigms.lm.swarm_value import gains
+
+    own = [group(policy, task, "me", [(1,), (2,)], (-1.0, -0.5))]
+    swarm = [group(policy, task, "a", [(3,)], (-0.6,)), group(policy, task, "b", [(4,)], (float("nan"),))]
+    assert gains(swarm, own) == [pytest.approx(0.15), 0.0]

@@ -3,15 +3,15 @@
 Why. A process builds its peers one after another, each loading its own model; a model that
 cannot load (a typo in ``policy.model``, a directory without weights) used to surface only after
 every peer had tried, minutes in, as one traceback per peer. A component class may define
-``preflight(arguments, peers_here)`` (a classmethod taking its recipe section's arguments and
-the number of peers this process hosts) that raises what
-its constructor would, cheaply: ``LMPolicy.preflight`` checks that the model resolves and holds
+``preflight(arguments)`` (a classmethod taking its recipe section's arguments, and, if it names
+it, ``peers_here``: the peers this process hosts) that raises what its constructor would, cheaply: ``LMPolicy.preflight`` checks that the model resolves and holds
 a config, a tokenizer and weights. The launcher calls it for every section before it builds any.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from genrl_swarm.config import RecipeError, import_target
@@ -23,7 +23,7 @@ class Preflighted(Protocol):
     """A component class that can check its arguments before it is built."""
 
     @classmethod
-    def preflight(cls, arguments: Mapping[str, Any], peers_here: int = 1) -> None: ...
+    def preflight(cls, arguments: Mapping[str, Any]) -> None: ...  # optionally also ``peers_here: int = 1``
 
 
 def preflight(spec: Mapping[str, Any], peers_here: int = 1) -> None:
@@ -37,4 +37,9 @@ def preflight(spec: Mapping[str, Any], peers_here: int = 1) -> None:
             continue
         target = import_target(node["_target_"], f"{section}._target_")
         if isinstance(target, type) and isinstance(target, Preflighted):
-            target.preflight({k: v for k, v in node.items() if k != "_target_"}, peers_here)
+            arguments = {k: v for k, v in node.items() if k != "_target_"}
+            check: Callable[..., None] = target.preflight
+            if "peers_here" in inspect.signature(check).parameters:
+                check(arguments, peers_here=peers_here)
+            else:  # a component's preflight written before ``peers_here`` existed
+                check(arguments)

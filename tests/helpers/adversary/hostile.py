@@ -101,8 +101,9 @@ class HostileBackend(RiggedBackend):
                 self.done["silent reveals"] += 1
                 return RawExchange({}, 0)  # committed, never reveals
             if not s.late.silent and phase == "commit":
+                if not self.network.wait_passed(self.honest, round, stage, phase, limit=30 * timeout):
+                    raise RuntimeError(f"r{round}/s{stage}: an honest peer never collected its commitments")  # a harness bug, reported
                 self.done["late posts"] += 1  # after every honest peer's commit deadline, however loaded the machine
-                self.network.wait_passed(self.honest, round, stage, phase, limit=30 * timeout)
         if s.replay is not None and s.replay.payload and phase == "reveal":
             data = self._replayed_payload(round, stage, data)
         if s.fresh is not None:

@@ -117,7 +117,7 @@ def episode_gains(candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollo
     everything = [r for rs in mine.values() for r in rs]
     level = statistics.fmean(everything) if everything else 0.0
     means = {g: statistics.fmean(rs) for g, rs in mine.items() if rs}
-    return [round(max(max(finite(c.rewards), default=0.0) - means.get(group(c), level), 0.0), GAIN_DIGITS) for c in candidates]
+    return [round(max(max(finite(c.rewards)) - means.get(group(c), level), 0.0), GAIN_DIGITS) if finite(c.rewards) else 0.0 for c in candidates]
 
 
 class AgentLearner(GRPOLearner):

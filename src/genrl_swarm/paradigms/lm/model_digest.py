@@ -69,6 +69,10 @@ Layout = dict[str, tuple[torch.dtype, tuple[int, ...], int, int]]
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32}
 
 
+#: Dimensions a tensor of an adapter may have (LoRA's are 2-D): more is refused before their product is taken.
+MAX_DIMS = 8
+
+
 def _layout(blob: bytes) -> Layout | None:
     """Where each tensor of safetensors ``blob`` lies: name -> (dtype, shape, first byte, end) in
     ``blob``; None unless ``blob`` is plainly well formed (a JSON header without repeated keys,
@@ -82,9 +86,9 @@ def _layout(blob: bytes) -> Layout | None:
     size = int.from_bytes(blob[:8], "little")
     if size > min(len(blob) - 8, 100_000_000):
         return None
-    try:
-        header = json.loads(blob[8 : 8 + size], object_pairs_hook=_unique)
-    except ValueError:  # not JSON, not UTF-8, a key repeated
+    try:  # decoded as UTF-8 first: json.loads of bytes would guess UTF-16 or -32, which safetensors refuses
+        header = json.loads(blob[8 : 8 + size].decode("utf-8"), object_pairs_hook=_unique)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, a key repeated, nested past the stack
         return None
     if not isinstance(header, dict):
         return None
@@ -98,10 +102,10 @@ def _layout(blob: bytes) -> Layout | None:
         dtype, shape, offsets = _DTYPES.get(str(entry["dtype"])), entry["shape"], entry["data_offsets"]
         if dtype is None or not isinstance(shape, list) or not isinstance(offsets, list) or len(offsets) != 2:
             return None
-        if not all(type(d) is int and d >= 0 for d in (*shape, *offsets)):
+        if len(shape) > MAX_DIMS or not all(type(d) is int and 0 <= d < 2**63 for d in (*shape, *offsets)):
             return None
         numel = 1
-        for d in shape:
+        for d in shape:  # bounded dims below 2**63 each: the product stays cheap to take
             numel *= d
         if offsets[1] - offsets[0] != numel * dtype.itemsize:
             return None

@@ -32,8 +32,11 @@ The forward runs only where closeness can change the draw (``at_the_cut``): over
 gain is the gain of the last slot, at most ``room`` of them per sender. Groups above it are drawn
 whatever their closeness and groups below it never are, so a sender's cost to the receiver is at
 most ``room`` openings a round however many groups or ids it sends them from (each id is a sender;
-ids are bounded by the swarm's admissions). Not covered: for a prompt this peer did not answer the
-gain is against its round mean, across prompts of other difficulty.
+ids are bounded by the swarm's admissions). The draw is then the one reading every group, except
+that a sender with more than ``room`` groups at the cut competes with the first ``room`` it sent
+(its others rank after every group that was read: which of its own groups wins can differ, not how
+many slots it can win). Not covered: for a prompt this peer did not answer the gain is against its
+round mean, across prompts of other difficulty.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def at_the_cut(gain: Sequence[float], senders: Sequence[str], room: int, cap: in
     taken: dict[str, int] = {}
     rows = []
     for i, (g, sender) in enumerate(zip(gain, senders)):
-        if g > 0 and (g == cut or (g == capped.get(sender) and g >= cut)) and taken.get(sender, 0) < room:
+        at_cut = g == cut and capped.get(sender, cut) <= cut  # a sender capped above the cut never reaches it
+        if g > 0 and (at_cut or (g == capped.get(sender) and g >= cut)) and taken.get(sender, 0) < room:
             taken[sender] = taken.get(sender, 0) + 1
             rows.append(i)
     return rows
@@ -82,11 +86,12 @@ def best(group: ScoredRollout) -> int:
 
 
 def gains(candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollout]) -> list[float]:
-    """Per candidate, its best reward above this peer's own mean for its prompt (or this round)."""
+    """Per candidate, its best reward above this peer's own mean for its prompt (or this round);
+    0 for a group without a finite reward (it shows nothing better, whatever the rewards' sign)."""
     by_prompt = {prompt_of(g): statistics.fmean(finite(g.rewards)) for g in own if finite(g.rewards)}
     everything = [r for g in own for r in finite(g.rewards)]
     level = statistics.fmean(everything) if everything else 0.0
-    return [max(max(finite(g.rewards), default=0.0) - by_prompt.get(prompt_of(g), level), 0.0) for g in candidates]
+    return [max(max(finite(g.rewards)) - by_prompt.get(prompt_of(g), level), 0.0) if finite(g.rewards) else 0.0 for g in candidates]
 
 
 def finite(rewards: Sequence[float]) -> list[float]:
