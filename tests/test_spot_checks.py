@@ -16,6 +16,8 @@ import copy
 import json
 import math
 import random
+import subprocess
+import sys
 from dataclasses import replace
 
 import msgspec
@@ -267,6 +269,21 @@ def test_edges_taken_a_few_rows_at_a_time_are_the_edges_of_all_rows_at_once(voca
         for a, b in zip(expected, (draws.lo, draws.hi, draws.logprob), strict=True):
             assert torch.equal(a, b)
         assert torch.equal(given, logits) != overwrite  # only an overwrite writes into the caller's logits
+
+
+def test_a_header_nested_past_the_stack_is_refused_where_a_library_raised_the_recursion_limit() -> None:
+    """py-evm and py_ecc (the contract coordinator's) raise Python's recursion limit on import;
+    json's C decoder then overflowed the C stack on a header nested 200,000 deep: the receiving
+    process died of SIGSEGV. The reader measures the nesting first (a child process: a crash here
+    must not take the suite with it)."""
+    code = (
+        "import sys; sys.setrecursionlimit(10**6)\n"
+        "from genrl_swarm.paradigms.lm.model_digest import _layout\n"
+        "deep = b'{\"a\":' + b'[' * 200_000 + b']' * 200_000 + b'}'\n"
+        "print(_layout(len(deep).to_bytes(8, 'little') + deep))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "None", (out.returncode, out.stderr[-500:])
 
 
 def header_blob(header: dict[str, object], data: bytes = b"") -> bytes:

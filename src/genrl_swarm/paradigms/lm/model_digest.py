@@ -71,6 +71,28 @@ _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF
 
 #: Dimensions a tensor of an adapter may have (LoRA's are 2-D): more is refused before their product is taken.
 MAX_DIMS = 8
+#: Bytes of a header (SmolLM2's adapter: 420 tensors, ~45 KB) and its depth of nested arrays and
+#: objects (a safetensors header has 3: the header, a tensor's entry, its shape).
+MAX_HEADER = 1 << 20
+MAX_NESTING = 3
+
+
+def _nesting(text: bytes) -> int:
+    """How deep ``text``'s JSON arrays and objects nest (brackets inside strings not counted), read
+    without recursion: json's C decoder recurses once per level, and where a library has raised
+    Python's recursion limit (py-evm and py_ecc raise it to 10**4 and more on import: the contract
+    coordinator loads them) a header nested 200,000 deep overflowed the C stack: a segfault, not
+    an error."""
+    raw = numpy.frombuffer(text, numpy.uint8)
+    quote, at = raw == ord('"'), numpy.arange(len(raw))
+    last_other = numpy.maximum.accumulate(numpy.where(raw != ord("\\"), at, -1))  # the last byte up to here not a backslash
+    backslashes_before = numpy.r_[0, (at - last_other)[:-1]]  # the run of backslashes just before each byte
+    escaped = quote & (backslashes_before % 2 == 1)
+    inside = numpy.cumsum(quote & ~escaped) % 2 == 1  # within a string (its closing quote excluded)
+    opens = ((raw == ord("[")) | (raw == ord("{"))) & ~inside
+    closes = ((raw == ord("]")) | (raw == ord("}"))) & ~inside
+    depth = numpy.cumsum(opens.astype(numpy.int64) - closes.astype(numpy.int64))
+    return int(depth.max()) if len(depth) else 0
 
 
 def _layout(blob: bytes) -> Layout | None:
@@ -84,7 +106,7 @@ def _layout(blob: bytes) -> Layout | None:
     if sys.byteorder != "little" or len(blob) < 9 or blob[8:9] != b"{":
         return None
     size = int.from_bytes(blob[:8], "little")
-    if size > min(len(blob) - 8, 100_000_000):
+    if size > min(len(blob) - 8, MAX_HEADER) or _nesting(blob[8 : 8 + size]) > MAX_NESTING:
         return None
     try:  # decoded as UTF-8 first: json.loads of bytes would guess UTF-16 or -32, which safetensors refuses
         header = json.loads(blob[8 : 8 + size].decode("utf-8"), object_pairs_hook=_unique)
