@@ -287,6 +287,7 @@ def spawn(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | Non
     job = {"settings": asdict(s), "seed": seed, "arm": arm, "schedule": schedule, "result": str(result)}
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     started, load0, t0 = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()[0], time.perf_counter()
+    code = code_version()  # the checkout the child starts from (read at its start: a commit during the arm is not its code)
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)], env=env)
     try:
         _, status, usage = os.wait4(proc.pid, 0)
@@ -300,7 +301,7 @@ def spawn(s: Settings, seed: int, arm: str, schedule: dict[str, list[int]] | Non
     record = json.loads(result.read_text())
     result.unlink()
     return {
-        "seed": seed, "arm": arm, "settings_key": s.key(), "metric": s.metric, "code": code_version(), **record,
+        "seed": seed, "arm": arm, "settings_key": s.key(), "metric": s.metric, "code": code, **record,
         "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "started": started.isoformat(timespec="seconds"),
