@@ -286,6 +286,33 @@ def test_a_header_nested_past_the_stack_is_refused_where_a_library_raised_the_re
     assert out.returncode == 0 and out.stdout.strip() == "None", (out.returncode, out.stderr[-500:])
 
 
+def test_the_nesting_read_without_recursion_is_jsons_own() -> None:
+    """``model_digest._nesting`` on 2,000 random JSON documents (strings full of brackets, quotes,
+    backslashes and non-ASCII) equals the documents' depth: brackets inside strings never count."""
+    from genrl_swarm.paradigms.lm.model_digest import _nesting
+
+    rng, alphabet = random.Random(0), ["[", "]", "{", "}", '"', "\\", "a", " ", "é", "\n"]
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+
+    def value(levels: int) -> object:
+        if levels == 0 or rng.random() < 0.3:
+            return rng.choice([text(), rng.randint(-5, 5), None, True])
+        if rng.random() < 0.5:
+            return [value(levels - 1) for _ in range(rng.randint(0, 3))]
+        return {text(): value(levels - 1) for _ in range(rng.randint(0, 3))}
+
+    def depth(x: object) -> int:
+        inner = x if isinstance(x, list) else list(x.values()) if isinstance(x, dict) else None
+        return 0 if inner is None else 1 + max((depth(v) for v in inner), default=0)
+
+    for _ in range(1000):
+        doc = value(6)
+        for ascii_only in (True, False):
+            assert _nesting(json.dumps(doc, ensure_ascii=ascii_only).encode()) == depth(doc)
+
+
 def header_blob(header: dict[str, object], data: bytes = b"") -> bytes:
     text = json.dumps(header).encode()
     return len(text).to_bytes(8, "little") + text + data
