@@ -166,7 +166,7 @@ def test_select_is_the_shared_sapo_draw_with_the_sender_cap(policy: LMPolicy) ->
 
 def test_sybil_ids_sending_poor_episodes_do_not_crowd_out_a_better_one(policy: LMPolicy) -> None:
     """Competing swarm episodes are ranked by their gain over this peer's own mean for the task
-    group (``episode_gains``), so 9 ids each sending a legal, informative, zero-reward episode get
+    group (``swarm_value.gains`` by task group), so 9 ids each sending a legal, informative, zero-reward episode get
     no slot the honest sender's better episode could take. With senders taking turns the honest
     episode was drawn in about 2 of 10 draws."""
     own = [ScoredRollout(Rollout("me", 0, 0, episode(e)), (r,)) for e, r in zip(EPISODES, REWARDS)]  # mean 0.5

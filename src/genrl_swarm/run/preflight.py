@@ -4,8 +4,9 @@ Why. A process builds its peers one after another, each loading its own model; a
 cannot load (a typo in ``policy.model``, a directory without weights) used to surface only after
 every peer had tried, minutes in, as one traceback per peer. A component class may define
 ``preflight(arguments)`` (a classmethod taking its recipe section's arguments, and, if it names
-it, ``peers_here``: the peers this process hosts) that raises what its constructor would, cheaply: ``LMPolicy.preflight`` checks that the model resolves and holds
-a config, a tokenizer and weights. The launcher calls it for every section before it builds any.
+it, ``peers_here``: the peers this process hosts) that raises what its constructor would,
+cheaply: ``LMPolicy.preflight`` checks that the model resolves and holds a config, a tokenizer
+and weights. The launcher calls it for every section before it builds any.
 """
 
 from __future__ import annotations

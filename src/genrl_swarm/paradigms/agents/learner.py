@@ -26,7 +26,6 @@ GRPOLearner's own code.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from genrl_swarm.paradigms.lm.grpo_loss import group_advantages
 from genrl_swarm.paradigms.lm.learner import Batch, GRPOConfig, GRPOLearner, Sample
 from genrl_swarm.paradigms.lm.policy import LMPolicy
 from genrl_swarm.paradigms.lm.selection import sapo_select
-from genrl_swarm.paradigms.lm.swarm_value import GAIN_DIGITS, finite
+from genrl_swarm.paradigms.lm.swarm_value import gains
 
 Normalize = Literal["task", "group", "batch", "none"]
 
@@ -106,20 +105,6 @@ def task_of(tasks: Mapping[str, Task], task_id: str) -> tuple[str, Hashable]:
     return str(meta.get("task", "task")), meta.get("group", task_id)
 
 
-def episode_gains(candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollout], tasks: Mapping[str, Task]) -> list[float]:
-    """Per candidate episode, its reward above this peer's own mean reward in its task group (for a
-    group this peer did not play: its mean over its own episodes this round), at least 0, to
-    ``GAIN_DIGITS`` decimals: ``swarm_value``'s gain, by task group instead of prompt."""
-    group = lambda s: task_of(tasks, s.rollout.task_id)[1]  # noqa: E731
-    mine: defaultdict[Hashable, list[float]] = defaultdict(list)
-    for s in own:
-        mine[group(s)] += finite(s.rewards)
-    everything = [r for rs in mine.values() for r in rs]
-    level = statistics.fmean(everything) if everything else 0.0
-    means = {g: statistics.fmean(rs) for g, rs in mine.items() if rs}
-    return [round(max(max(finite(c.rewards)) - means.get(group(c), level), 0.0), GAIN_DIGITS) if finite(c.rewards) else 0.0 for c in candidates]
-
-
 class AgentLearner(GRPOLearner):
     """GRPOLearner on episodes; ``normalize`` picks the advantage scaling, ``advantage`` whether
     turns also get GiGPO's step term (``step_weight`` times it in ``both``; returns discounted by
@@ -143,7 +128,7 @@ class AgentLearner(GRPOLearner):
     def select(self, state: GameState, rewards: RoundRewards) -> list[ScoredRollout]:
         """``num_local`` own episodes and ``num_external`` of the swarm's (SAPO), GRPOLearner's draw,
         competing episodes ranked by their gain over this peer's own mean reward for the task
-        group (``episode_gains``): ids cannot multiply it, so Sybil ids sending poor episodes win
+        group (``swarm_value.gains`` keyed by task group): ids cannot multiply it, so Sybil ids sending poor episodes win
         only the turns among equal gains. No closeness term: an episode's opening is not one
         completion of one prompt (its turns interleave tool output)."""
         usable = [s for s in rewards.scored if isinstance(s.rollout.body, Episode) and s.rollout.task_id in state.tasks]
@@ -152,7 +137,8 @@ class AgentLearner(GRPOLearner):
         keys = [task_of(state.tasks, s.rollout.task_id)[1] for s in usable]
         useful = {g for g, adv in zip(keys, self.turn_advantages(usable, state.tasks)) if any(abs(a) > 1e-6 for a in adv)}
         teaches = lambda s: task_of(state.tasks, s.rollout.task_id)[1] in useful  # noqa: E731
-        value = lambda episodes: [(g,) for g in episode_gains(episodes, own, state.tasks)]  # noqa: E731
+        group = lambda s: task_of(state.tasks, s.rollout.task_id)[1]  # noqa: E731
+        value = lambda episodes: [(g,) for g in gains(episodes, own, key=group)]  # noqa: E731
         return sapo_select(own, swarm, self.cfg.num_local, self.cfg.num_external, self.rng, self.cfg.max_external_per_sender, teaches, value)
 
     def turn_advantages(self, chosen: Sequence[ScoredRollout], tasks: Mapping[str, Task]) -> list[list[float]]:

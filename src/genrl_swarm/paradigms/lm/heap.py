@@ -22,8 +22,7 @@ resident.
 
 One heap for a process that hosts several peers (``ARENAS``, ``one_heap``): glibc gives threads
 that allocate at once heaps of their own, and each keeps what it freed. In-process peers are
-threads, so every peer held
-its own copy of an update's freed activations (~0.8 GB for SmolLM2's 16-row micro-batches): 3
+threads, so every peer held its own copy of an update's freed activations (~0.8 GB for SmolLM2's 16-row micro-batches): 3
 adapter peers of the demo's recipe peaked at 5.0 GB, 1 peer at 2.4 GB. With one heap (and
 updates taking turns, ``GRPOLearner.train``), the peers reuse the same pages: 3.4 GB
 (2026-11-28, 2 cores, load 6-7, ``OMP_NUM_THREADS=1``). A process of one peer (a torchrun rank,

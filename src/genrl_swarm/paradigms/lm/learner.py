@@ -40,7 +40,7 @@ from genrl_swarm.paradigms.lm.prefix import Chunk, Chunking, PrefixBatch, Shared
 from genrl_swarm.paradigms.lm.selection import sapo_select
 from genrl_swarm.paradigms.lm.swarm_baseline import advantages
 from genrl_swarm.paradigms.lm.swarm_budget import copies_of, edge_copies, eos_inside, path_draws
-from genrl_swarm.paradigms.lm.swarm_value import GAIN_DIGITS, OPENING, at_the_cut, best, gains
+from genrl_swarm.paradigms.lm.swarm_value import OPENING, at_the_cut, best, gains
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Batch", "GRPOConfig", "GRPOLearner", "Sample"]
 
@@ -210,7 +210,7 @@ class GRPOLearner(Learner):
         """Per competing swarm group, what it can teach this peer (``swarm_value``): the gain of its
         best completion over this peer's own rewards, then this peer's per-token probability of it,
         read only where it can change the draw (``swarm_value.at_the_cut``; 0 elsewhere)."""
-        gain = [round(g, GAIN_DIGITS) for g in gains(candidates, own)]
+        gain = gains(candidates, own)
         cut = at_the_cut(gain, [c.rollout.peer_id for c in candidates], self.cfg.num_external, self.cfg.max_external_per_sender)
         rows = [i for i in cut if candidates[i].rollout.body.samples[best(candidates[i])].completion_ids]
         values = [(g, 0.0) for g in gain]

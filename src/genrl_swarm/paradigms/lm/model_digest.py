@@ -198,13 +198,7 @@ def load_adapter(model: Any, blob: bytes, digest: str, slots: dict[str, torch.Te
     layout = _layout(blob)
     if layout is None:
         raise ValueError("not a safetensors adapter this reader accepts (plainly well formed, known dtypes, a little-endian host)")
-    view = memoryview(blob)
-    h = hashlib.sha256()
-    for name in sorted(layout):  # what ``tensors_digest`` of the loaded tensors hashes, in the same order
-        dtype, shape, first, end = layout[name]
-        h.update(_head(name, dtype, shape))
-        h.update(view[first:end])
-    if h.hexdigest() != digest:
+    if _blob_digest(blob, layout) != digest:
         raise ValueError("the adapter's bytes do not hash to the digest committed")
     own = slots if slots is not None else adapter_state(model)
     if own.keys() != layout.keys() or any(own[k].shape != layout[k][1] or own[k].dtype != layout[k][0] for k in own):
@@ -221,6 +215,17 @@ def load_adapter(model: Any, blob: bytes, digest: str, slots: dict[str, torch.Te
     with torch.no_grad():
         for name, tensor in tensors.items():
             slots[name].copy_(tensor)
+
+
+def _blob_digest(blob: bytes, layout: Layout) -> str:
+    """``tensors_digest`` of ``blob``'s tensors, hashed from the bytes where they lie (the same
+    heads and bytes in the same order, without making the tensors)."""
+    view, h = memoryview(blob), hashlib.sha256()
+    for name in sorted(layout):
+        dtype, shape, first, end = layout[name]
+        h.update(_head(name, dtype, shape))
+        h.update(view[first:end])
+    return h.hexdigest()
 
 
 def _tensor(blob: bytes, entry: tuple[torch.dtype, tuple[int, ...], int, int]) -> torch.Tensor:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from genrl_swarm.core import ScoredRollout
 
@@ -85,13 +85,18 @@ def best(group: ScoredRollout) -> int:
     return max(range(len(group.rewards)), key=lambda i: (group.rewards[i], -i))
 
 
-def gains(candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollout]) -> list[float]:
-    """Per candidate, its best reward above this peer's own mean for its prompt (or this round);
-    0 for a group without a finite reward (it shows nothing better, whatever the rewards' sign)."""
-    by_prompt = {prompt_of(g): statistics.fmean(finite(g.rewards)) for g in own if finite(g.rewards)}
-    everything = [r for g in own for r in finite(g.rewards)]
+def gains(candidates: Sequence[ScoredRollout], own: Sequence[ScoredRollout], key: Callable[[ScoredRollout], Hashable] = prompt_of) -> list[float]:
+    """Per candidate, its best reward above this peer's own mean reward for its ``key`` (its
+    prompt; an agent episode's task group), or for this round where this peer has none there, to
+    ``GAIN_DIGITS`` decimals; 0 for a group without a finite reward (it shows nothing better,
+    whatever the rewards' sign)."""
+    mine: dict[Hashable, list[float]] = {}
+    for g in own:
+        mine.setdefault(key(g), []).extend(finite(g.rewards))
+    means = {k: statistics.fmean(rs) for k, rs in mine.items() if rs}
+    everything = [r for rs in mine.values() for r in rs]
     level = statistics.fmean(everything) if everything else 0.0
-    return [max(max(finite(g.rewards)) - by_prompt.get(prompt_of(g), level), 0.0) if finite(g.rewards) else 0.0 for g in candidates]
+    return [round(max(max(finite(g.rewards)) - means.get(key(g), level), 0.0), GAIN_DIGITS) if finite(g.rewards) else 0.0 for g in candidates]
 
 
 def finite(rewards: Sequence[float]) -> list[float]:
